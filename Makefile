@@ -1,0 +1,31 @@
+# Two entry points: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates the virtual environment it needs on first use.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.memloop-installed
+
+.PHONY: demo test bench install clean-venv
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python >= 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 2; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: a bare `torch` requirement resolved later would pull the CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[local-1_5b,local-0_5b,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/memloop llm check
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/llm_client.py
+
+clean-venv:
+	rm -rf $(VENV)

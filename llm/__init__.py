@@ -1,0 +1,14 @@
+"""Model endpoints: configuration, the embedded local model, the shared chat client (cache,
+retries, concurrency bound, token accounting) and a DSPy LM over the same client."""
+
+from llm.cache import ResponseCache
+from llm.client import ChatClient, ChatResult, LLMRequestError
+from llm.endpoint import Endpoint
+from llm.errors import EndpointUnreachable, MissingApiKey, ModelFileError, UserError
+from llm.usage import COMPONENTS, UsageTracker
+
+__all__ = [
+    "COMPONENTS", "ChatClient", "ChatResult", "Endpoint", "EndpointUnreachable",
+    "LLMRequestError", "MissingApiKey", "ModelFileError", "ResponseCache", "UsageTracker",
+    "UserError",
+]

@@ -1,0 +1,43 @@
+"""Test-wide isolation: every test session writes its caches, logs and runs under a temp folder,
+while the (large) joined model files are shared with the user cache so they are built once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llm.settings import cache_root
+
+_session_root = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _session_root
+    import tempfile
+
+    os.environ.setdefault("MEMLOOP_MODELS_DIR", str(cache_root() / "models"))
+    _session_root = Path(tempfile.mkdtemp(prefix="memloop-tests-"))
+    os.environ["MEMLOOP_CACHE_DIR"] = str(_session_root / "cache")
+    from llm.settings import apply_offline_defaults
+
+    apply_offline_defaults()
+
+
+@pytest.fixture(scope="session")
+def session_root() -> Path:
+    assert _session_root is not None
+    return _session_root
+
+
+@pytest.fixture(scope="session")
+def local_client(session_root: Path):
+    """A ChatClient on the embedded 0.5B model (the fast one), shared by the real-model tests."""
+    from llm.client import ChatClient
+    from llm.endpoint import Endpoint
+
+    client = ChatClient(Endpoint(model="local-0.5b", max_concurrency=2, timeout_s=300),
+                        cache=session_root / "real-model-cache.sqlite")
+    yield client
+    client.close()

@@ -1,0 +1,224 @@
+"""ChatClient against a loopback fake OpenAI server: cache keys, retry policy, concurrency bound,
+JSON validation and usage accounting."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from llm.cache import ResponseCache, cache_key
+from llm.client import ChatClient, LLMRequestError
+from llm.endpoint import Endpoint
+from llm.errors import EndpointUnreachable
+from llm.fake_server import FakeOpenAIServer
+
+MSGS = [{"role": "user", "content": "hi"}]
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def make_client(server: FakeOpenAIServer, tmp_path, **endpoint_kwargs) -> ChatClient:
+    endpoint = Endpoint(model="fake-model", base_url=server.base_url, **endpoint_kwargs)
+    return ChatClient(endpoint, cache=tmp_path / "cache.sqlite", backoff_base_s=0.01)
+
+
+# ---------------------------------------------------------------- cache keys
+
+BASE = dict(base_url="http://x/v1", model="m", messages=MSGS,
+            params={"temperature": 0.0, "max_tokens": 10}, sample=0)
+
+
+@pytest.mark.parametrize("change", [
+    {"base_url": "http://y/v1"},
+    {"model": "m2"},
+    {"messages": [{"role": "user", "content": "hi!"}]},
+    {"messages": [{"role": "system", "content": "hi"}]},
+    {"params": {"temperature": 0.7, "max_tokens": 10}},
+    {"params": {"temperature": 0.0, "max_tokens": 11}},
+    {"params": {"temperature": 0.0, "max_tokens": 10, "response_format": {"type": "json_object"}}},
+    {"params": {"temperature": 0.0, "max_tokens": 10, "stop": ["\n"]}},
+    {"sample": 1},
+])
+def test_cache_key_changes_with_every_input(change):
+    assert cache_key(**BASE) != cache_key(**(BASE | change))
+
+
+def test_cache_key_is_stable_and_ignores_param_order_and_nones():
+    reordered = dict(BASE, params={"max_tokens": 10, "temperature": 0.0, "stop": None})
+    assert cache_key(**BASE) == cache_key(**reordered)
+    assert len(cache_key(**BASE)) == 64
+
+
+def test_repeat_call_is_served_from_cache(fake, tmp_path):
+    client = make_client(fake, tmp_path)
+    first = client.chat(MSGS, component="agent")
+    second = client.chat(MSGS, component="agent")
+    assert not first.cached and second.cached
+    assert second.text == first.text
+    assert len(fake.requests) == 1
+    # a different sample index is a distinct draw: a new request
+    client.chat(MSGS, component="agent", sample=1)
+    assert len(fake.requests) == 2
+    # a new client on the same cache file (a rerun) sends nothing
+    rerun = make_client(fake, tmp_path)
+    assert rerun.chat(MSGS, component="agent").cached
+    assert len(fake.requests) == 2
+
+
+def test_refresh_bypasses_cache_read(fake, tmp_path):
+    client = make_client(fake, tmp_path)
+    client.chat(MSGS, component="probe")
+    assert not client.chat(MSGS, component="probe", refresh=True).cached
+    assert len(fake.requests) == 2
+
+
+def test_cache_shared_by_threads_and_processes(tmp_path):
+    import multiprocessing as mp
+
+    path = tmp_path / "c.sqlite"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_write_many, args=(str(path), p)) for p in range(3)]
+    for p in procs:
+        p.start()
+    threads = [threading.Thread(target=_write_many, args=(str(path), 10 + t)) for t in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    cache = ResponseCache(path)
+    assert len(cache) == 6 * 50
+    assert cache.get("w11-7") == {"v": 7} and cache.get("w2-49") == {"v": 49}
+
+
+def _write_many(path: str, writer: int) -> None:
+    cache = ResponseCache(path)
+    for i in range(50):
+        cache.put(f"w{writer}-{i}", {"v": i})
+        assert cache.get(f"w{writer}-{i}") == {"v": i}
+
+
+# ---------------------------------------------------------------- retries
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503])
+def test_retries_transient_statuses_then_succeeds(tmp_path, status):
+    with FakeOpenAIServer(failures=[status, status]) as fake:
+        client = make_client(fake, tmp_path, max_retries=3)
+        result = client.chat(MSGS, component="agent")
+    assert result.text == '{"ok": true}'
+    assert len(fake.requests) == 3
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
+def test_no_retry_on_other_client_errors(tmp_path, status):
+    with FakeOpenAIServer(failures=[status]) as fake:
+        client = make_client(fake, tmp_path, max_retries=3)
+        with pytest.raises(LLMRequestError, match=f"HTTP {status}"):
+            client.chat(MSGS, component="agent")
+    assert len(fake.requests) == 1
+
+
+def test_gives_up_after_max_retries(tmp_path):
+    with FakeOpenAIServer(failures=[503] * 10) as fake:
+        client = make_client(fake, tmp_path, max_retries=2)
+        with pytest.raises(Exception, match="failed 3 times"):
+            client.chat(MSGS, component="agent")
+    assert len(fake.requests) == 3
+
+
+def test_timeout_is_retried(tmp_path):
+    with FakeOpenAIServer(latency_s=0.5) as fake:
+        client = make_client(fake, tmp_path, max_retries=1, timeout_s=0.1)
+        with pytest.raises(Exception, match="failed 2 times"):
+            client.chat(MSGS, component="agent")
+    assert len(fake.requests) == 2
+
+
+def test_refused_connection_is_retried_then_named(tmp_path):
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    endpoint = Endpoint(model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2)
+    client = ChatClient(endpoint, cache=tmp_path / "c.sqlite", backoff_base_s=0.01)
+    with pytest.raises(EndpointUnreachable, match=f"127.0.0.1:{port}"):
+        client.chat(MSGS, component="agent")
+    assert client.requests_sent == 3
+
+
+# ---------------------------------------------------------------- concurrency bound
+
+def test_concurrency_bound_per_endpoint(tmp_path):
+    with FakeOpenAIServer(latency_s=0.15) as fake:
+        # two clients on the same endpoint share one bound
+        a = make_client(fake, tmp_path, max_concurrency=3)
+        b = make_client(fake, tmp_path, max_concurrency=3)
+        threads = [threading.Thread(target=(a if i % 2 else b).chat,
+                                    args=([{"role": "user", "content": str(i)}],),
+                                    kwargs={"component": "agent"}) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(fake.requests) == 12
+    assert fake.peak_in_flight == 3
+
+
+# ---------------------------------------------------------------- JSON and usage
+
+def test_schema_output_parsed_and_request_constrained(fake, tmp_path):
+    client = make_client(fake, tmp_path)
+    result = client.chat_json(MSGS, SCHEMA, component="probe")
+    assert result.ok and result.parsed == {"ok": True}
+    sent = fake.requests[0]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == SCHEMA
+
+
+@pytest.mark.parametrize("reply,needle", [("not json", "not JSON"),
+                                          ('{"ok": "yes"}', "does not match the schema")])
+def test_invalid_json_is_reported_not_hidden(tmp_path, reply, needle):
+    with FakeOpenAIServer(reply=reply) as fake:
+        result = make_client(fake, tmp_path).chat_json(MSGS, SCHEMA, component="probe")
+    assert result.parsed is None and needle in result.json_error and result.text == reply
+
+
+def test_usage_counted_per_component(fake, tmp_path):
+    client = make_client(fake, tmp_path)
+    client.chat(MSGS, component="agent")
+    client.chat(MSGS, component="agent")  # cache hit: no tokens
+    client.chat([{"role": "user", "content": "x"}], component="memory")
+    summary = client.usage.summary()
+    assert summary["agent"] == {"calls": 1, "cached_calls": 1, "prompt_tokens": 10,
+                                "completion_tokens": 5, "total_tokens": 15}
+    assert summary["memory"]["calls"] == 1
+    assert summary["total"]["total_tokens"] == 30
+    assert client.usage.tokens_by_component() == {"agent": 15, "memory": 15}
+
+
+def test_dspy_lm_goes_through_client(fake, tmp_path):
+    import dspy
+
+    from llm.dspy_lm import make_dspy_lm
+
+    fake.reply = json.dumps({"answer": "42"})
+    client = make_client(fake, tmp_path)
+    lm = make_dspy_lm(client, component="optimizer")
+    predict = dspy.Predict("question -> answer")
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        out = predict(question="six times seven?")
+    assert out.answer == "42"
+    assert client.usage.component("optimizer").calls == 1
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        predict(question="six times seven?")
+    assert len(fake.requests) == 1  # the repeat came from memloop's cache
