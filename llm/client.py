@@ -4,6 +4,7 @@ accounting per component tag."""
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import threading
@@ -100,6 +101,14 @@ class ChatClient:
         self._client_lock = threading.Lock()
         self._resolved_base_url: str | None = None
         self.requests_sent = 0
+
+    def fork(self, usage: UsageTracker | None = None) -> "ChatClient":
+        """A client on the same endpoint, cache, connection and concurrency bound, counting its
+        tokens in its own tracker (e.g. one per simulated user)."""
+        twin = copy.copy(self)
+        twin.usage = usage or UsageTracker()
+        twin.requests_sent = 0
+        return twin
 
     # -- connection ---------------------------------------------------------------------------
 
