@@ -61,6 +61,7 @@ class EpisodeResult:
     user_id: str
     records: list[PeriodRecord]
     resumed_from: int  # periods found finished on disk (0 = fresh start)
+    usage: dict[str, dict[str, int]] | None = None  # this run's calls (not the resumed ones)
 
 
 def period_dir(user_dir: Path, period: int) -> Path:
@@ -243,12 +244,15 @@ def run_episodes(items: list[UserItem], policy_factory: PolicyFactory, agent_cli
                 replay = load_replay(replay_from, item.id)
             else:
                 simulator = UserSimulator((sim_client or agent_client).fork(usage), sim_config)
-            runner = EpisodeRunner(item, policy, user_dir, simulator=simulator, probe=probe,
+            # a probe that makes model calls counts them in this user's tracker
+            user_probe = probe.for_user(usage) if hasattr(probe, "for_user") else probe
+            runner = EpisodeRunner(item, policy, user_dir, simulator=simulator, probe=user_probe,
                                    usage=usage, periods=periods, replay=replay,
                                    on_period=lambda _p: bar_periods.update(1))
             already = len(finished_records(user_dir, runner.n_periods))
             bar_periods.update(already)
             result = runner.run()
+            result.usage = usage.summary()
         finally:
             policy.close()
         bar_users.update(1)

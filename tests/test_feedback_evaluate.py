@@ -1,0 +1,90 @@
+"""Probes and the evaluation wiring against a loopback fake model: records, metrics.json
+fields and identities, the plot, and a rerun that makes no model call."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from environment.procedural import generate_procedural
+from feedback.evaluate import run_evaluation
+from llm.client import ChatClient
+from llm.endpoint import Endpoint
+from llm.fake_server import FakeOpenAIServer
+from tests.test_env_episode import EchoPolicy
+
+
+@dataclass
+class FakeAnswer:
+    text: str
+    retrieved_memories: list[str] = field(default_factory=list)
+    parsed: object = None
+    json_error: str | None = None
+
+
+class FirstChoicePolicy(EchoPolicy):
+    """Always picks option 1 and believes the first option of every variable; garbles every
+    third multiple-choice answer to exercise json_error."""
+
+    def __init__(self):
+        super().__init__()
+        self.answers = 0
+
+    def answer(self, prompt, *, schema=None):
+        props = schema["properties"]
+        if "answer" in props:
+            self.answers += 1
+            if self.answers % 3 == 0:
+                return FakeAnswer("oops", json_error="not JSON: Expecting value at char 0")
+            return FakeAnswer('{"answer": 1}', ["m1"], {"answer": 1})
+        belief = {v: p["enum"][0] for v, p in props.items()}
+        return FakeAnswer(json.dumps(belief), [], belief)
+
+
+def fake_reply(body):
+    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    if schema is None:
+        return "Tell me more about that."
+    props = schema["properties"]
+    if "answer" in props:
+        return json.dumps({"answer": 2})  # the "upper bound" model always picks option 2
+    return json.dumps({k: "yes" for k in props})  # the recall checker supports every claim
+
+
+def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
+    items = generate_procedural(users=2, periods=2, questions=3, seed=11)
+    with FakeOpenAIServer(reply=fake_reply) as fake:
+        client = ChatClient(Endpoint(model="m", base_url=fake.base_url),
+                            cache=tmp_path / "c.sqlite")
+        factory = lambda uid, wd, c: FirstChoicePolicy()  # noqa: E731
+        first = run_evaluation(items, factory, tmp_path / "out", agent_client=client,
+                               progress=False)
+        sent = len(fake.requests)
+        again = run_evaluation(items, factory, tmp_path / "out", agent_client=client,
+                               progress=False)
+        assert len(fake.requests) == sent  # rerun: no model call at all
+    assert first.new_requests == sent and again.new_requests == 0
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m == again.metrics == json.loads(json.dumps(first.metrics))
+    for key in ("overall", "random", "upper_bound", "memory_score", "per_period", "diagnosis",
+                "factual_recall", "usage"):
+        assert key in m
+    assert m["users"] == 2 and m["periods"] == 3 and m["questions"] == 2 * 3 * 3
+    d = m["diagnosis"]
+    assert d["write"] + d["read"] + d["utilization"] == pytest.approx(1 - m["overall"])
+    assert m["json_errors"] > 0
+    assert m["factual_recall"] == 1.0  # the fake checker supports everything (memory non-empty)
+    assert set(m["usage"]) >= {"probe", "checker"}
+    rows = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text()
+            .splitlines()]
+    assert len(rows) == m["questions"]
+    assert all(r["chosen_index"] in (0, None) for r in rows)
+    assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(m["overall"])
+    assert all(r["ub_chosen_index"] == 1 for r in rows)
+    assert (tmp_path / "out" / "per_period.png").stat().st_size > 5000
+    for p in m["per_period"]:
+        pd = p["diagnosis"]
+        assert pd["write"] + pd["read"] + pd["utilization"] == pytest.approx(1 - p["overall"])
