@@ -37,8 +37,9 @@ class Policy(Protocol):
     def prompts(self) -> dict[str, str]:
         """The mutable memory-write prompts: {predictor name: instructions}."""
 
-    def with_prompts(self, prompts: dict[str, str]) -> "Policy":
-        """A new policy (fresh memory) using these prompts; self is unchanged."""
+    def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> "Policy":
+        """A new policy using these prompts, with fresh memory (or a copy of this one's when
+        keep_memory, for evolving inside an episode); self is unchanged."""
 
     def save(self, directory: Path) -> None:
         """Persist the full state (memory, buffers, prompts) for a checkpoint."""

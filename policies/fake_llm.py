@@ -1,0 +1,71 @@
+"""A scriptable stand-in for the model behind the policies, for tests without a real LLM: give it
+to `llm.fake_server.FakeOpenAIServer(reply=...)`. It tells the policies' requests apart (chat
+reply, probe, AWI writer, mem0 fact extraction, mem0 reconciliation) and answers each with the
+handler given for it; every request is also logged by kind."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+Handler = Callable[[str, dict[str, Any]], Any]  # (text of the request, request body) -> answer
+
+
+def _text(body: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+
+
+def request_kind(body: dict[str, Any]) -> str:
+    """'writer', 'facts', 'actions', 'probe' (any other JSON schema) or 'chat' (no schema)."""
+    response_format = body.get("response_format") or {}
+    schema = (response_format.get("json_schema") or {}).get("schema") or {}
+    properties = schema.get("properties") or {}
+    if "edits" in properties:
+        return "writer"
+    if set(properties) == {"facts"}:
+        return "facts"
+    if set(properties) == {"memory"}:
+        return "actions"
+    return "probe" if response_format else "chat"
+
+
+class ScriptedMemoryLLM:
+    """Callable reply function. Handlers return a str (sent as is) or a JSON-able value:
+    `writer` -> list of {label, value} edits, `facts` -> list of str, `actions` -> list of
+    {id, text, event, old_memory}, `probe` -> any JSON value, `chat` -> str."""
+
+    def __init__(self, *, chat: Handler | str = "Noted, thanks for telling me.",
+                 writer: Handler | None = None, facts: Handler | None = None,
+                 actions: Handler | None = None, probe: Handler | None = None):
+        self.handlers: dict[str, Handler | str | None] = {
+            "chat": chat, "writer": writer, "facts": facts, "actions": actions, "probe": probe}
+        self.log: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        kind = request_kind(body)
+        self.log.append((kind, body))
+        handler = self.handlers.get(kind)
+        text = _text(body)
+        if isinstance(handler, str):
+            return handler
+        value = handler(text, body) if handler is not None else None
+        if isinstance(value, str):
+            return value
+        if kind == "writer":
+            return json.dumps({"edits": value or []})
+        if kind == "facts":
+            return json.dumps({"facts": value or []})
+        if kind == "actions":
+            return json.dumps({"memory": value or []})
+        if kind == "probe":
+            return json.dumps(value if value is not None else {"answer": 1})
+        return "ok"
+
+    def requests(self, kind: str) -> list[dict[str, Any]]:
+        return [body for k, body in self.log if k == kind]
+
+
+def conversation_of(body: dict[str, Any]) -> str:
+    """The conversation excerpt a memory-write request carries (its last user message)."""
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    return str(users[-1].get("content", "")) if users else ""

@@ -1,0 +1,92 @@
+"""The four policies on the embedded models, on a tiny two-period conversation: every policy
+passes check_policy on the 0.5B model (probes leave memory byte-identical, prompts / with_prompts /
+save / load round-trip), AWE retrieves a planted fact, and AWI's memory follows a change of city
+(on the 1.5B model). Replies are capped at a few tokens to keep the suite fast; memory writes keep
+the endpoint's cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import AWEConfig, AWIConfig, NativeConfig, RAGConfig, build_policy, check_policy
+
+pytestmark = pytest.mark.real_model
+
+PERIOD_1 = ["[Current Time: 2024-01-06 19:40:00]\nHi! I just moved to Lisbon. I live in Lisbon "
+            "now and work as a nurse.",
+            "Can you suggest a weekend hobby?"]
+PERIOD_2 = ["[Current Time: 2024-04-03 20:15:00]\nBig change: I moved again. I live in Oslo now, "
+            "not Lisbon.",
+            "Can you suggest a winter hobby?"]
+REPLY_TOKENS = 24
+# The same configurations and conversation as the check_policy runs below, so the scenario tests
+# reuse their cached calls: (2, 2) writes the oldest turn once two newer messages wait.
+AWI = AWIConfig(update_freq=2, short_term_len=2, reply_max_tokens=REPLY_TOKENS)
+AWE = AWEConfig(update_freq=2, short_term_len=2, top_k=5, reply_max_tokens=REPLY_TOKENS)
+RAG = RAGConfig(update_freq=2, short_term_len=2, top_k=5, reply_max_tokens=REPLY_TOKENS)
+NATIVE = NativeConfig(reply_max_tokens=REPLY_TOKENS)
+PROBE = "Which city do I live in?"
+
+
+@pytest.mark.parametrize("config", [NATIVE, AWI, AWE, RAG], ids=lambda c: c.type)
+def test_check_policy_on_the_embedded_model(local_client, tmp_path, config):
+    # Two turns (one memory write), then ten probes (two distinct requests: with and without a
+    # JSON schema), save/load, with_prompts, an ingest replay and a second identical run.
+    report = check_policy(lambda: build_policy(config, local_client, tmp_path / "work"),
+                          conversation=PERIOD_1, probes=(PROBE,), probe_rounds=10,
+                          workdir=tmp_path)
+    assert report.ok
+
+
+@pytest.fixture(scope="module")
+def client_1_5b(session_root):
+    """The default 1.5B model, for the AWI writer: the 0.5B model's memory writes are erratic
+    (measured: on this script it skipped the first city or the change, depending on batching)."""
+    from llm.client import ChatClient
+    from llm.embedded_server import ServerSettings, shared_server
+    from llm.endpoint import Endpoint
+    from llm.errors import ModelFileError
+    from llm.model_files import ensure_model_file, resolve_packaged_model
+
+    try:
+        ensure_model_file(resolve_packaged_model("local-1.5b"))
+    except ModelFileError as exc:
+        pytest.skip(f"the 1.5B model is not installed: {exc}")
+    client = ChatClient(Endpoint(model="local-1.5b", max_concurrency=1, timeout_s=300),
+                        cache=session_root / "real-model-cache.sqlite")
+    yield client
+    client.close()
+    # Free its memory and CPU for the rest of the session (a later user would restart it).
+    shared_server(resolve_packaged_model("local-1.5b"), ServerSettings(slots=1)).stop()
+
+
+def test_awi_memory_follows_a_change_of_city(client_1_5b, tmp_path):
+    # Off-policy replay with fixed replies: the writer sees exactly the user's statements.
+    # (4, 0): one write per period, of both its turns.
+    policy = build_policy(AWIConfig(update_freq=4, short_term_len=0), client_1_5b, tmp_path)
+    for message in PERIOD_1:
+        policy.ingest(message, "Got it, thanks for letting me know.")
+    first = {label: fact["value"] for label, fact in policy.facts.items()}
+    assert any("lisbon" in v.lower() for v in first.values()), first
+    for message in PERIOD_2:
+        policy.ingest(message, "Got it, thanks for letting me know.")
+    now = {label: fact["value"] for label, fact in policy.facts.items()}
+    assert any("oslo" in v.lower() for v in now.values()), now
+    # The label that held Lisbon now holds Oslo: overwritten, not duplicated.
+    city_label = next(label for label, v in first.items() if "lisbon" in v.lower())
+    assert "oslo" in now.get(city_label, "").lower(), now
+    assert policy.stats()["write_errors"] == 0 and policy.writes == 2
+    policy.close()
+
+
+def test_awe_retrieves_a_planted_fact(local_client, tmp_path):
+    policy = build_policy(AWE, local_client, tmp_path)
+    for message in PERIOD_1:
+        policy.respond(message)
+    assert policy.memory_texts(), "AWE stored nothing"
+    view = policy.memory_view()
+    answer = policy.answer(PROBE)
+    assert any("lisbon" in m.lower() for m in answer.retrieved_memories), (
+        answer.retrieved_memories, view)
+    assert policy.memory_view() == view
+    policy.close()
