@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     procedural.add_argument("--out", required=True, metavar="PATH", help="where to write the data.json file")
     procedural.set_defaults(func=cmd_procedural)
 
+    _register_generate(env_sub)
+    _register_check(env_sub)
+
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Print the summary of a valid file, or every violation (one per line) and fail with exit 2."""
@@ -104,4 +107,123 @@ def cmd_procedural(args: argparse.Namespace) -> int:
         f"{count(spec.questions, 'question')}, {count(spec.variables_per_user, 'state variable')} each) "
         f"to {args.out}"
     )
+    return 0
+
+
+_GENERATE_EPILOG = """\
+Steps per user: profile, questions, schema, initial_state, update_KK and events_KK per period,
+sessions_KK per period (opening messages + exposure check), answers_qNN per question (answers +
+reflection check), item. Each finished step is saved in DIR/raw/<user_id>/<step>.json; running the
+same command again skips finished steps (the folder must hold a run with the same generation
+settings; --users and refine_budget may change). Every model output is schema-constrained JSON
+and validated; junk, invalid content and failed checks each spend the refine budget of that unit
+of work. A user still failing then is listed with its step and reason in DIR/report.json and on
+the terminal, never dropped silently. Exit codes: 0 when every user passed (or with
+--allow-partial when at least one did: data.json then holds those users); 2 otherwise (no
+data.json is written, an older one in DIR is removed), and for bad settings or an unreachable
+endpoint. A rerun retries failed users from their failed step with the same draws; raise
+refine_budget in the config to give them more attempts.
+"""
+
+
+def _register_generate(env_sub: argparse._SubParsersAction) -> None:
+    generate = env_sub.add_parser(
+        "generate", help="generate an environment with an LLM (the paper's pipeline)",
+        description="Generate simulated users in the published data.json format with an LLM: "
+                    "questions, state schema, state evolution, life events, opening messages and "
+                    "personalised answers, with exposure and reflection checks.",
+        epilog=_GENERATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    generate.add_argument("config", metavar="CONFIG", help="pipeline YAML, e.g. experiments/env/base.yaml")
+    generate.add_argument("--out", required=True, metavar="DIR",
+                          help="output folder: data.json, report.json, config.json, raw/")
+    generate.add_argument("--users", type=int, help="override the number of users")
+    generate.add_argument("--periods", type=int, help="override the number of update periods")
+    generate.add_argument("--questions", type=int, help="override the questions per user")
+    generate.add_argument("--endpoint", metavar="FILE", help="endpoint YAML (overrides the config's)")
+    generate.add_argument("--personas", metavar="PATH",
+                          help="persona file (.jsonl, .json or Nemotron-Personas .parquet)")
+    generate.add_argument("--allow-partial", action="store_true",
+                          help="write data.json with the users that passed even if others failed")
+    generate.add_argument("--cache", metavar="PATH",
+                          help="response cache file (default: the user cache; 'none' to disable)")
+    generate.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    generate.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Run the LLM pipeline; print failures and a summary; exit 2 unless every user passed
+    (or --allow-partial and at least one did)."""
+    from environment.llm_pipeline import GenerationIncomplete, load_config, run_pipeline
+    from llm.client import ChatClient
+    from llm.endpoint import Endpoint
+
+    config = load_config(args.config, users=args.users, periods=args.periods,
+                         questions=args.questions, personas=args.personas)
+    endpoint = Endpoint.from_yaml(args.endpoint) if args.endpoint else config.endpoint_config()
+    if args.endpoint:
+        config = config.model_copy(update={"endpoint": str(args.endpoint)})
+    cache = "default" if args.cache is None else (None if args.cache == "none" else args.cache)
+    client = ChatClient(endpoint, cache=cache)
+    try:
+        result = run_pipeline(config, args.out, client, allow_partial=args.allow_partial,
+                              progress=not args.no_progress)
+    finally:
+        client.close()
+    for failure in result.failures:
+        print(f"FAILED {failure.line()}")
+    total = result.usage.get("total", {})
+    print(f"{len(result.items)} of {result.requested} users generated in {result.elapsed_s:.0f}s "
+          f"({result.steps_run} steps run, {result.steps_skipped} resumed; "
+          f"{total.get('calls', 0)} model calls, {total.get('total_tokens', 0)} tokens)")
+    print(f"report: {result.report_path}")
+    if result.data_path is not None:
+        print(f"data: {result.data_path}")
+    if result.failures and result.data_path is None:
+        sys.stdout.flush()
+        raise GenerationIncomplete(
+            f"{len(result.failures)} of {result.requested} users failed (listed above and in "
+            f"{result.report_path}); no data.json written. Rerun to resume, raise refine_budget "
+            "for more attempts, or pass --allow-partial to keep the users that passed")
+    return 0
+
+
+def _register_check(env_sub: argparse._SubParsersAction) -> None:
+    check = env_sub.add_parser(
+        "check", help="measure state exposure with a checker LLM",
+        description="For every session, a checker LLM that sees only the opening utterance "
+                    "predicts the values of the session's exposed variables; prints the agreement "
+                    "rate per user and overall (an automatic version of the paper's human check).")
+    check.add_argument("path", metavar="PATH", help="the data.json file to check")
+    check.add_argument("--endpoint", metavar="FILE",
+                       help="the checker's endpoint YAML (default: the embedded model)")
+    check.add_argument("--users", type=int, metavar="N", help="only the first N users")
+    check.add_argument("--json", metavar="OUT", help="also write every session's result here")
+    check.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from environment.datafile import load_items
+    from environment.exposure_check import check_exposure
+    from llm.client import ChatClient
+    from llm.endpoint import load_endpoint
+
+    items = load_items(args.path)[: args.users] if args.users else load_items(args.path)
+    client = ChatClient(load_endpoint(args.endpoint))
+    report = check_exposure(items, client)
+    print("user                                   sessions  exposed values  agreement")
+    for item in items:
+        rows = [s for s in report.sessions if s.user_id == item.id]
+        rate = report.rate(item.id)
+        print(f"{item.id[:38]:<38} {len(rows):>9}  {sum(len(s.intended) for s in rows):>14}  "
+              f"{'n/a' if rate is None else f'{rate:9.3f}'}")
+    overall = report.rate()
+    print(f"overall agreement: {'n/a' if overall is None else f'{overall:.3f}'} "
+          f"({sum(s.agreed for s in report.sessions)} of "
+          f"{sum(len(s.intended) for s in report.sessions)} exposed values recovered)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump([s.__dict__ for s in report.sessions], fh, indent=1)
     return 0
