@@ -123,6 +123,26 @@ class EpisodeRunner:
         self.n_periods = min(periods or item.num_periods, item.num_periods)
         self.on_period = on_period
 
+    def advance(self, p: int, prompts: dict[str, str] | None = None) -> PeriodRecord:
+        """Run period `p` alone (lockstep use; periods must be advanced in order): a finished
+        period is read from disk, otherwise the policy state of period p-1 is restored if
+        needed, switched to `prompts` keeping its memory, and period p is run."""
+        path = period_dir(self.user_dir, p) / "record.json"
+        if path.is_file():
+            self._restore_from = period_dir(self.user_dir, p) / "policy"
+            return load_record(path)
+        restore = getattr(self, "_restore_from", None)
+        if restore is not None:
+            self.policy.load(restore)
+            self._restore_from = None
+        if prompts is not None and prompts != self.policy.prompts():
+            old, self.policy = self.policy, self.policy.with_prompts(prompts, keep_memory=True)
+            old.close()
+        record = self._run_period(p)
+        if self.on_period:
+            self.on_period(p)
+        return record
+
     def run(self) -> EpisodeResult:
         records = finished_records(self.user_dir, self.n_periods)
         resumed = len(records)

@@ -42,6 +42,15 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
             "diagnosis": s.diagnosis.model_dump(),
             "factual_recall": factual_recall(r for r in recalls if r.period == p),
         })
+    per_user = {}
+    for uid in sorted({q.user_id for q in questions}):
+        mine = [q for q in questions if q.user_id == uid]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MemoryScoreUndefined)
+            s = score(mine)
+        per_user[uid] = {"memory_score": s.memory_score, "overall": s.overall,
+                         "factual_recall": factual_recall(r for r in recalls
+                                                          if r.user_id == uid)}
     metrics = {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in questions}),
@@ -56,6 +65,7 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         "diagnosis": total.diagnosis.model_dump(),
         "factual_recall": factual_recall(recalls),
         "per_period": per_period,
+        "per_user": per_user,
         "usage": dict(sorted(usage.items())),
     }
     return metrics, [str(w.message) for w in caught]

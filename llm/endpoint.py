@@ -77,6 +77,11 @@ class Endpoint(BaseModel):
         return parse_model(cls, data, str(path))
 
 
+def load_endpoint(path: str | Path | None) -> Endpoint:
+    """The endpoint of a YAML file, or the embedded model's default endpoint for None."""
+    return Endpoint.from_yaml(path) if path else Endpoint()
+
+
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
