@@ -9,14 +9,14 @@ from llm.settings import apply_offline_defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from experiments.commands import env_cmd, llm_cmd
+    from experiments.commands import env_cmd, eval_cmd, llm_cmd, optimize_cmd, quickstart_cmd
 
     parser = argparse.ArgumentParser(
         prog="memloop",
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
     )
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
-    for module in (llm_cmd, env_cmd):
+    for module in (quickstart_cmd, llm_cmd, env_cmd, eval_cmd, optimize_cmd):
         module.register(sub)
     return parser
 

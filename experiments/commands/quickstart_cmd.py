@@ -1,0 +1,59 @@
+"""`memloop quickstart`: the whole toolkit in one command with no key and no network: a
+procedural environment, AWI evolution under no-evolution, question-only and complete feedback,
+MLflow logging, the comparison table and a plot of memory score and factual recall per cycle."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    q = sub.add_parser("quickstart", help="run a small end-to-end evolution experiment",
+                       description=__doc__)
+    q.add_argument("--config", default=str(DEFAULT_CONFIG), metavar="YAML",
+                   help="experiment file (default: experiments/quickstart.yaml)")
+    q.add_argument("--endpoint", metavar="FILE",
+                   help="one endpoint for every role (default: the embedded model)")
+    q.add_argument("--cycles", type=int, help="override the number of cycles")
+    q.add_argument("--tracking-uri", help="MLflow store (default: sqlite:///mlruns/mlflow.db)")
+    q.add_argument("--out", metavar="DIR", default="runs/quickstart",
+                   help="run folders and the plot (default: runs/quickstart)")
+    q.add_argument("--no-progress", action="store_true")
+    q.set_defaults(func=run_quickstart)
+
+
+def run_quickstart(args: argparse.Namespace) -> int:
+    from llm.errors import UserError
+    from optimize.compare import compare
+    from optimize.config import EvolveConfig, load_config
+    from optimize.evolve import run_evolve
+    from optimize.plots import plot_cycles
+
+    started = time.perf_counter()
+    config = load_config(args.config, EvolveConfig)
+    if args.cycles is not None:
+        if args.cycles < 1:
+            raise UserError(f"--cycles must be at least 1 (got {args.cycles})")
+        config.cycles = args.cycles
+    if args.endpoint:
+        for role in ("agent", "user_sim", "checker", "optimizer"):
+            setattr(config.endpoints, role, args.endpoint)
+    if args.tracking_uri:
+        config.tracking_uri = args.tracking_uri
+    config.out_dir = args.out
+    outcomes = run_evolve(config, progress=not args.no_progress)
+    result = compare(config.tracking_uri, config.experiment_name, to="last")
+    plot = Path(args.out) / "quickstart.png"
+    plot_cycles(outcomes, plot, title=f"AWI prompt evolution ({config.experiment_name})")
+    print()
+    print(result["table"])
+    print()
+    print(result["diff"])
+    print(f"\nplot: {plot}")
+    print(f"MLflow: {config.tracking_uri} (browse with `memloop ui`)")
+    print(f"wall time: {time.perf_counter() - started:.0f} s")
+    return 0

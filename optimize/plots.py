@@ -1,0 +1,32 @@
+"""Plots of evolution runs: memory score and factual recall per cycle, one line per condition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for o in outcomes:
+        label = o.mode if o.evolver in ("none", "reflective") else f"{o.mode} / {o.evolver}"
+        for ax, key in zip(axes, ("memory_score", "factual_recall")):
+            points = [(c["cycle"], c[key]) for c in o.cycles if c.get(key) is not None]
+            if points:
+                ax.plot([p for p, _ in points], [v for _, v in points], "o-", label=label)
+    for ax, name in zip(axes, ("normalized memory score", "memory factual recall")):
+        ax.set(xlabel="cycle", ylabel=name, title=name)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8)
+    axes[1].set_ylim(-0.02, 1.02)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
