@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.memloop-installed
 
-.PHONY: demo test bench install clean-venv
+.PHONY: demo check test test-all bench install clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python >= 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 2; }
@@ -19,9 +19,15 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/memloop quickstart
+
+check: $(STAMP)
 	$(BIN)/memloop llm check
 
 test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

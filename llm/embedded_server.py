@@ -1,8 +1,8 @@
 """The embedded model: xllamacpp's OpenAI-compatible server on 127.0.0.1, run in a child process.
 
 A child process keeps llama.cpp's log noise and any native crash away from the caller. It cannot
-outlive its parent: the kernel sends it SIGTERM when the parent dies (PR_SET_PDEATHSIG), it also
-polls its parent's pid, and the parent stops it on exit, Ctrl-C or exception."""
+outlive its parent: it polls its parent's pid and exits when the parent is gone (even after a
+SIGKILL), and the parent stops it on exit, Ctrl-C or exception."""
 
 from __future__ import annotations
 
@@ -147,19 +147,14 @@ def stop_shared_servers() -> None:
 # ---------------------------------------------------------------- child process side
 
 def _die_with_parent(parent_pid: int) -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    """Exit as soon as the parent process is gone (re-parented child). Polling is used rather
+    than PR_SET_PDEATHSIG, which fires when the *thread* that started the child ends."""
 
     def watch() -> None:
         while True:
             if os.getppid() != parent_pid:
                 os._exit(0)
-            time.sleep(1.0)
+            time.sleep(0.5)
 
     threading.Thread(target=watch, daemon=True).start()
 

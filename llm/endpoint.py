@@ -89,6 +89,8 @@ def load_yaml_mapping(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except ValueError as exc:  # e.g. an impossible unquoted date such as 2020-13-01
+        raise UserError(f"{path}: a value could not be read ({exc}); quote it") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

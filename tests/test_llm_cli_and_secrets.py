@@ -95,3 +95,11 @@ def test_canary_key_is_used_but_never_written(tmp_path):
     assert any(p.name == "responses.sqlite" for p in written)
     for path in written:
         assert CANARY.encode() not in path.read_bytes(), path
+
+
+def test_impossible_date_in_yaml_is_one_line(tmp_path, capsys):
+    ep = tmp_path / "ep.yaml"
+    ep.write_text("model: m\nwhen: 2020-13-01\n")
+    assert main(["llm", "check", "--endpoint", str(ep)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(ep) in err[0]

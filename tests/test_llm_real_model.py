@@ -100,3 +100,24 @@ def test_no_orphan_server_when_parent_dies(tmp_path, how):
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(child), f"embedded server {child} outlived its parent ({how})"
+
+
+def test_server_started_from_a_worker_thread_outlives_the_thread(tmp_path):
+    import threading
+
+    from llm.embedded_server import EmbeddedServer, ServerSettings
+    from llm.model_files import QWEN_0_5B
+
+    box = {}
+    worker = threading.Thread(target=lambda: box.setdefault(
+        "s", EmbeddedServer(QWEN_0_5B, ServerSettings(slots=1, ctx_per_slot=2048)).start()))
+    worker.start()
+    worker.join()
+    server = box["s"]
+    pid = server.pid
+    try:
+        time.sleep(2)
+        assert _alive(pid)
+    finally:
+        server.stop()
+    assert not _alive(pid)
