@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.memloop-installed
 
-.PHONY: demo check test test-all bench install clean-venv
+.PHONY: demo check test test-fast bench install clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python >= 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 2; }
@@ -19,16 +19,16 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/memloop quickstart
+	$(BIN)/memloop llm check
 
 check: $(STAMP)
 	$(BIN)/memloop llm check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
-
-test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_client.py
