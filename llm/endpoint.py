@@ -82,6 +82,15 @@ def load_endpoint(path: str | Path | None) -> Endpoint:
     return Endpoint.from_yaml(path) if path else Endpoint()
 
 
+class _DatesAsText(yaml.SafeLoader):
+    """SafeLoader that leaves timestamps as strings."""
+
+
+_DatesAsText.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -89,8 +98,8 @@ def load_yaml_mapping(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    except ValueError as exc:  # e.g. an impossible unquoted date such as 2020-13-01
-        raise UserError(f"{path}: a value could not be read ({exc}); quote it") from None
+    except ValueError:  # an impossible unquoted date (2020-13-01): read dates as text, so the
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_DatesAsText)  # key is named
     if data is None:
         data = {}
     if not isinstance(data, dict):

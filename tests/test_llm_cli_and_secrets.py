@@ -102,4 +102,4 @@ def test_impossible_date_in_yaml_is_one_line(tmp_path, capsys):
     ep.write_text("model: m\nwhen: 2020-13-01\n")
     assert main(["llm", "check", "--endpoint", str(ep)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(ep) in err[0]
+    assert len(err) == 1 and str(ep) in err[0] and "unknown key 'when'" in err[0]
