@@ -23,9 +23,10 @@ user. Read the conversation excerpt and return the edits that bring the memory u
 - Keep facts about the user that will matter for personalised advice later: where and how they \
 live, work, study and travel, family and relationships, health, routines, habits and how much or \
 how often they do things, finances, preferences, goals, plans and constraints.
-- A label is a short snake_case name for the kind of fact (employer, commute_mode, children). \
-Reuse the existing label when the excerpt is about the same thing; the value you give replaces \
-the old value completely, so write the full current value.
+- A label is a short snake_case name for the kind of fact and the value states it, as in the \
+label home_city with the value <the city>. Reuse the existing label when the excerpt is about \
+the same thing; the value you give replaces the old value completely, so write the full current \
+value.
 - When the user says something changed, overwrite the old value with the new situation. Do not \
 keep the old value under another label.
 - Give value null to delete a label that is no longer true and has no replacement.
@@ -64,19 +65,20 @@ class AWIProgram(dspy.Module):
 AWE_FACT_EXTRACTION_INSTRUCTIONS = """\
 You pick out lasting facts about the user from a conversation between the user and an assistant; \
 they go into a long-term memory used to personalise later answers.
-Write each fact as one short sentence about the user that makes sense on its own, for example \
-"Has two teenage daughters" or "Cycles to work every day". Cover where and how they live, work and \
-study, family, health, routines, amounts and frequencies, money, preferences, goals and plans. \
-When the user reports a change, write the new situation as it is now (for example "Now works \
-from home, no longer commutes"). Leave out the assistant's advice, small talk, general \
-knowledge and the "[Current Time: ...]" stamps of the messages.
+Write each fact as one short sentence about the user that makes sense on its own and leaves \
+out "the user" (for example "Lives in <city>" or "Works as a <job>"). Cover where and how they \
+live, work and study, family, health, routines, amounts and frequencies, money, preferences, \
+goals and plans. When the user reports a change, write the new situation as it is now (for \
+example "Now lives in <new city>, no longer in <old city>"). Only write what the user said or \
+clearly implied; leave out the assistant's advice, small talk, general knowledge and the \
+"[Current Time: ...]" stamps of the messages.
 Answer with JSON of the form {"facts": ["...", "..."]}; use an empty list when there is nothing \
 worth keeping."""
 
 AWE_MEMORY_UPDATE_INSTRUCTIONS = """\
 You keep a user's long-term memory correct and free of contradictions. Compare every new fact \
 with the existing memories and choose one event for each:
-- ADD a fact that is not in memory yet.
+- ADD a fact that is not in memory yet (its id is "new").
 - UPDATE an existing memory (keep its id, write the complete new text) when the new fact adds \
 detail to it or replaces it because the user's situation has changed.
 - DELETE an existing memory that the new facts show is no longer true and that no new fact \

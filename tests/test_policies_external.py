@@ -32,8 +32,9 @@ def actions_of(text: str, body) -> list[dict]:
     """Reconcile like a careful model: a new city replaces the old one, anything else is added."""
     prompt = conversation_of(body)
     existing = dict(re.findall(r"'id': '(\d+)', 'text': '([^']*)'", prompt))
-    new = json.loads(re.search(r"```\n\s*(\[.*?\])\n\s*```", prompt.split("new retrieved facts", 1)[1],
-                               re.S).group(1).replace("'", '"'))
+    facts_part = prompt.split("new retrieved facts", 1)[1]
+    new = json.loads(re.search(r"```\n\s*(\[.*?\])\n\s*```", facts_part, re.S).group(1)
+                     .replace("'", '"'))
     actions = []
     for fact in new:
         old = next((i for i, t in existing.items() if t.startswith("Lives in")), None)
