@@ -45,3 +45,32 @@ def run_evaluation(items: list[UserItem], policy_factory: PolicyFactory, out_dir
     period_records = [r for e in episodes for r in e.records]
     metrics = write_outputs(out_dir, period_records, extra)
     return EvaluationResult(metrics, episodes)
+
+
+def run_evaluation_groups(groups: dict[str, list[UserItem]], policy_factory: PolicyFactory,
+                          out_dir: Path, *, agent_client: ChatClient,
+                          sim_client: ChatClient | None = None,
+                          checker_client: ChatClient | None = None,
+                          sim_config: SimulatorConfig | None = None, periods: int | None = None,
+                          max_users_in_parallel: int = 2,
+                          progress: bool = True) -> dict[str, EvaluationResult]:
+    """Several groups of users (e.g. training and held-out users) under the same policy in one
+    pass, so users of different groups run concurrently: episodes under `out_dir/episodes`,
+    each non-empty group's metrics.json / records.jsonl / per_period.png in `out_dir/<group>`."""
+    out_dir = Path(out_dir)
+    everyone = [item for items in groups.values() for item in items]
+    if len({item.id for item in everyone}) != len(everyone):
+        raise ValueError("a user appears in more than one group (or twice in one)")
+    prober = Prober(ub_client=agent_client, checker_client=checker_client or agent_client)
+    episodes = run_episodes(everyone, policy_factory, agent_client, out_dir / "episodes",
+                            sim_client=sim_client, sim_config=sim_config, probe=prober,
+                            periods=periods, max_users_in_parallel=max_users_in_parallel,
+                            progress=progress)
+    by_user = {e.user_id: e for e in episodes}
+    results = {}
+    for name, items in groups.items():
+        if items:
+            mine = [by_user[item.id] for item in items]
+            metrics = write_outputs(out_dir / name, [r for e in mine for r in e.records])
+            results[name] = EvaluationResult(metrics, mine)
+    return results

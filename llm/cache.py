@@ -36,6 +36,8 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._init_lock = threading.Lock()
+        self.hits = 0    # lookups answered from the file by this object
+        self.stores = 0  # new responses written by this object (= model responses received)
         with self._init_lock:
             conn = self._conn()
             conn.execute(
@@ -56,13 +58,19 @@ class ResponseCache:
 
     def get(self, key: str) -> dict[str, Any] | None:
         row = self._conn().execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        with self._init_lock:
+            self.hits += 1
+        return json.loads(row[0])
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         self._conn().execute(
             "INSERT OR REPLACE INTO responses(key, value, created) VALUES (?, ?, ?)",
             (key, json.dumps(value, ensure_ascii=False), time.time()),
         )
+        with self._init_lock:
+            self.stores += 1
 
     def __len__(self) -> int:
         return self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]

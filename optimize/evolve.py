@@ -184,6 +184,19 @@ class Evolution:
             periods=self.config.environment.periods,
             max_users_in_parallel=self.config.parallel_users, progress=self.progress)
 
+    def evaluate_groups(self, groups: dict[str, list[UserItem]], prompts: dict[str, str],
+                        out: Path):
+        """Training and held-out users in one pass (their users run concurrently)."""
+        from feedback.evaluate import run_evaluation_groups
+
+        return run_evaluation_groups(
+            groups, self.factory(prompts), out, agent_client=self.clients.agent,
+            sim_client=self.clients.user_sim, checker_client=self.clients.checker,
+            sim_config=SimulatorConfig(rounds_init=self.config.rounds.init,
+                                       rounds_update=self.config.rounds.update),
+            periods=self.config.environment.periods,
+            max_users_in_parallel=self.config.parallel_users, progress=self.progress)
+
     # -- episode cadence -------------------------------------------------------------------
 
     def run(self) -> RunOutcome:
@@ -231,15 +244,15 @@ class Evolution:
                 row = json.loads(done.read_text())
             else:
                 started = time.perf_counter()
-                train = self.evaluate(self.train, prompts, cdir / "train")
+                results = self.evaluate_groups({"train": self.train, "heldout": self.heldout},
+                                               prompts, cdir)
+                train, held = results["train"], results.get("heldout")
                 records, _ = collect(r for e in train.episodes for r in e.records)
                 summary = episode_summary(self.train, records, self.mode,
                                           self.config.summary_max_questions,
                                           self.config.environment.periods)
                 (cdir / "summary.json").write_text(json.dumps(summary, indent=1,
                                                               ensure_ascii=False))
-                held = self.evaluate(self.heldout, prompts, cdir / "heldout") \
-                    if self.heldout else None
                 main = held.metrics if held else train.metrics
                 row = {"cycle": k, **metric_row(main), **metric_row(train.metrics, "train_"),
                        "per_user": main["per_user"],

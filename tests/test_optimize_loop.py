@@ -240,7 +240,7 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
                                     cache=str(work / "c.sqlite"))
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
-        while not list((work / "runs").glob("*/cycle_01/train/episodes/*/period_00/record.json")):
+        while not list((work / "runs").glob("*/cycle_01/episodes/*/period_00/record.json")):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)

@@ -45,7 +45,10 @@ def run_quickstart(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         config.tracking_uri = args.tracking_uri
     config.out_dir = args.out
-    outcomes = run_evolve(config, progress=not args.no_progress)
+    from optimize.evolve import role_clients
+
+    clients = role_clients(config.endpoints)
+    outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
     result = compare(config.tracking_uri, config.experiment_name, to="last")
     plot = Path(args.out) / "quickstart.png"
     plot_cycles(outcomes, plot, title=f"AWI prompt evolution ({config.experiment_name})")
@@ -55,5 +58,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
     print(result["diff"])
     print(f"\nplot: {plot}")
     print(f"MLflow: {config.tracking_uri} (browse with `memloop ui`)")
+    cache = clients.agent.cache
+    if cache is not None:
+        print(f"model responses this run: {cache.stores} new, {cache.hits} from the response "
+              "cache")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
     return 0

@@ -1,0 +1,183 @@
+"""Cost and quality of each memory policy on a procedural environment.
+
+For every policy (native, AWI, AWE, RAG) this runs `memloop eval` on the same procedural
+environment and the same endpoint, then reports:
+- the metrics (overall, random, upper bound, memory score, write/read/utilization, factual recall);
+- tokens and seconds per period (mean over users), split by component: the conversation
+  (user_sim + agent replies + memory writes) and the probes after the period (probe + checker);
+- model calls per user, next to what the published AMemGym code would make for the same sizes
+  (its reference notes, "LLM calls, rough counts").
+
+Each eval has its own output folder and response cache under --out, so a first run measures real
+model time and a rerun resumes from the checkpoints (no model call) and only rebuilds the report.
+
+    .venv/bin/python benchmarks/policies.py --users 3 --periods 4 --questions 4 \
+        --endpoint experiments/endpoints/local-0.5b.yaml --out runs/bench/policies-0.5b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+POLICIES = ("native", "awi", "awe", "rag")
+CONVERSATION = ("user_sim", "agent", "memory")
+PROBES = ("probe", "checker")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--users", type=int, default=3)
+    p.add_argument("--periods", type=int, default=4, help="update periods (plus period 0)")
+    p.add_argument("--questions", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds-init", type=int, default=1)
+    p.add_argument("--rounds-update", type=int, default=2)
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--endpoint", help="endpoint YAML for every role (default: embedded 1.5B)")
+    p.add_argument("--out", default="runs/bench/policies")
+    p.add_argument("--json", help="also write the report as JSON here")
+    return p.parse_args(argv)
+
+
+def usage_calls(usage: dict[str, dict[str, int]], component: str) -> int:
+    u = usage.get(component, {})
+    return u.get("calls", 0) + u.get("cached_calls", 0)
+
+
+def usage_tokens(usage: dict[str, dict[str, int]], components: tuple[str, ...]) -> int:
+    return sum(usage.get(c, {}).get("total_tokens", 0) for c in components)
+
+
+def period_records(eval_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text())
+            for p in sorted((eval_dir / "episodes").glob("*/period_*/record.json"))]
+
+
+def published_calls(items, rounds_init: int, rounds_update: int) -> float:
+    """Calls per user of the published code for the same episodes, memory writes excluded (the
+    same policies make the same writes): per period S*R agent replies, S*(R-1) simulator calls,
+    Q multiple-choice answers and Q diagnosis state queries; the upper bound once per user with
+    one call per choice of every question."""
+    totals = []
+    for item in items:
+        calls = 0
+        for p, period in enumerate(item.periods):
+            s = len(period.sessions)
+            r = rounds_init if p == 0 else rounds_update
+            calls += s * r + s * (r - 1) + 2 * len(item.qas)
+        calls += sum(len(qa.answer_choices) for qa in item.qas)
+        totals.append(calls)
+    return statistics.mean(totals)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from environment.datafile import load_items, save_items
+    from environment.procedural import generate_procedural
+    from experiments.cli import main as memloop
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = out / "env.json"
+    if not env.is_file():
+        save_items(generate_procedural(users=args.users, periods=args.periods,
+                                       questions=args.questions, seed=args.seed), env)
+    items = load_items(env)
+    report: dict = {"sizes": {"users": args.users, "periods": args.periods,
+                              "questions": args.questions, "rounds_init": args.rounds_init,
+                              "rounds_update": args.rounds_update},
+                    "endpoint": args.endpoint or "embedded local-1.5b", "policies": {}}
+    for name in args.policies.split(","):
+        eval_dir = out / name
+        cmd = ["eval", "--env", str(env), "--policy", str(ROOT / f"experiments/policies/{name}.yaml"),
+               "--out", str(eval_dir), "--rounds-init", str(args.rounds_init),
+               "--rounds-update", str(args.rounds_update), "--cache",
+               str(eval_dir / "responses.sqlite")]
+        if args.endpoint:
+            cmd += ["--endpoint", args.endpoint]
+        print(f"== {name}", flush=True)
+        if memloop(cmd) != 0:
+            return 1
+        metrics = json.loads((eval_dir / "metrics.json").read_text())
+        records = period_records(eval_dir)
+        by_period: dict[int, list[dict]] = {}
+        for rec in records:
+            by_period.setdefault(rec["period"], []).append(rec)
+        per_period = []
+        for p in sorted(by_period):
+            recs = by_period[p]
+            per_period.append({
+                "period": p,
+                "seconds": round(statistics.mean(r["seconds"] for r in recs), 1),
+                "conversation_tokens": round(statistics.mean(
+                    usage_tokens(r["usage"], CONVERSATION) for r in recs)),
+                "memory_tokens": round(statistics.mean(
+                    usage_tokens(r["usage"], ("memory",)) for r in recs)),
+                "probe_tokens": round(statistics.mean(
+                    usage_tokens(r["usage"], PROBES) for r in recs)),
+            })
+        calls: dict[str, float] = {}
+        for rec in records:
+            for comp in rec["usage"]:
+                calls[comp] = calls.get(comp, 0) + usage_calls(rec["usage"], comp)
+        users = len({r["user_id"] for r in records})
+        report["policies"][name] = {
+            "metrics": {k: metrics.get(k) for k in ("overall", "random", "upper_bound",
+                                                    "memory_score", "factual_recall")},
+            "diagnosis": metrics.get("diagnosis"),
+            "per_period": per_period,
+            "calls_per_user": {k: round(v / users, 1) for k, v in sorted(calls.items())},
+            "total_seconds": round(sum(r["seconds"] for r in records), 1),
+        }
+    report["published_calls_per_user_without_writes"] = published_calls(
+        items, args.rounds_init, args.rounds_update)
+    print(render(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+def fmt(v) -> str:
+    return "null" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def render(report: dict) -> str:
+    lines = [f"sizes {report['sizes']}, endpoint {report['endpoint']}", "",
+             "| policy | overall | random | UB | memory score | write | read | utilization "
+             "| factual recall |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in report["policies"].items():
+        m, d = r["metrics"], r["diagnosis"] or {}
+        lines.append(f"| {name} | " + " | ".join(fmt(m[k]) for k in (
+            "overall", "random", "upper_bound", "memory_score")) + " | " + " | ".join(
+            fmt(d.get(k)) for k in ("write", "read", "utilization")) + f" | "
+            f"{fmt(m['factual_recall'])} |")
+    lines += ["", "per period, mean over users: seconds / conversation tokens (of which memory "
+              "writes) / probe tokens", "",
+              "| policy | " + " | ".join(f"period {p['period']}" for p in
+                                       next(iter(report["policies"].values()))["per_period"])
+              + " |", "|---|" + "---|" * len(next(iter(report["policies"].values()))
+                                             ["per_period"])]
+    for name, r in report["policies"].items():
+        lines.append(f"| {name} | " + " | ".join(
+            f"{p['seconds']} s / {p['conversation_tokens']} ({p['memory_tokens']}) / "
+            f"{p['probe_tokens']}" for p in r["per_period"]) + " |")
+    pub = report["published_calls_per_user_without_writes"]
+    lines += ["", f"model calls per user (published code, same sizes, memory writes excluded: "
+              f"{pub:.0f})", ""]
+    for name, r in report["policies"].items():
+        c = r["calls_per_user"]
+        without = sum(v for k, v in c.items() if k != "memory")
+        lines.append(f"- {name}: {c} -> {without:.0f} without memory writes; "
+                     f"eval time {r['total_seconds']} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

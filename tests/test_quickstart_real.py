@@ -1,0 +1,111 @@
+"""`memloop quickstart` in a reduced size on the embedded 0.5B model with real MLflow: three
+feedback modes, two cycles; the MLflow contents, the printed table, the plot, and a rerun that
+is served without a single new model response."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.cli import main
+
+pytestmark = pytest.mark.real_model
+
+ROOT = Path(__file__).resolve().parent.parent
+MODES = ("none", "question_only", "complete")
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory, local_client):
+    root = tmp_path_factory.mktemp("quickstart")
+    endpoint = root / "endpoint.yaml"
+    # same model and slots as the session's local_client: one shared embedded server
+    endpoint.write_text("model: local-0.5b\nbase_url: local\nmax_concurrency: 2\n"
+                        "timeout_s: 300\nmax_tokens: 384\n")
+    full = yaml.safe_load((ROOT / "experiments/quickstart.yaml").read_text())
+    config = {**full,
+              "experiment": "quickstart-test",
+              "environment": {"procedural": {"users": 2, "periods": 1, "questions": 1,
+                                             "seed": 5},
+                              "train_users": 1, "heldout_users": 1},
+              "cycles": 2}
+    path = root / "quickstart.yaml"
+    path.write_text(yaml.safe_dump(config))
+    uri = f"sqlite:///{root}/mlruns/mlflow.db"
+    args = ["quickstart", "--config", str(path), "--endpoint", str(endpoint), "--out",
+            str(root / "out"), "--tracking-uri", uri, "--no-progress"]
+    return root, uri, args
+
+
+@pytest.fixture(scope="module")
+def first_run(quickstart) -> str:
+    """The first run's printed output."""
+    import contextlib
+    import io
+
+    _, _, args = quickstart
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    return out.getvalue()
+
+
+def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
+    from optimize import tracking
+
+    _, uri, _ = quickstart
+    mlc = tracking.client(uri)
+    exp = mlc.get_experiment_by_name("quickstart-test")
+    runs = {r.data.tags["memloop.feedback_mode"]: r for r in mlc.search_runs([exp.experiment_id])}
+    assert set(runs) == set(MODES)
+    for mode, run in runs.items():
+        rid = run.info.run_id
+        assert run.info.status == "FINISHED"
+        assert [m.step for m in mlc.get_metric_history(rid, "factual_recall")] == [0, 1]
+        assert [m.step for m in mlc.get_metric_history(rid, "overall")] == [0, 1]
+        artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
+        assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}
+        name = run.data.tags["memloop.prompt_name"]
+        assert len(mlc.search_prompt_versions(name)) == 2
+        assert run.data.params["condition.feedback_mode"] == mode
+    # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
+    # prompt, the feedback modes logged the summary the evolver read
+    from optimize.compare import _download_text
+
+    for mode, run in runs.items():
+        rid = run.info.run_id
+        assert {a.path for a in mlc.list_artifacts(rid, "evolve")} == {"evolve/cycle_00.json"}
+        first, second = (json.loads(_download_text(mlc, rid, f"prompts/cycle_0{k}.json"))
+                         for k in (0, 1))
+        assert set(first) == set(second) == {"writer"}
+        if mode == "none":
+            assert first == second
+        else:
+            summary = json.loads(_download_text(mlc, rid, "summary/cycle_00.json"))
+            assert summary["users"], mode
+
+
+def test_table_and_plot(quickstart, first_run):
+    root, _, _ = quickstart
+    out = first_run
+    for mode in MODES:
+        assert re.search(rf"\b{mode}\b", out), out
+    assert "model responses this run:" in out
+    plot = root / "out" / "quickstart.png"
+    from matplotlib.image import imread
+
+    pixels = imread(plot)
+    height, width = pixels.shape[:2]
+    assert (width, height) == (1100, 418)
+    assert pixels.std() > 0.01  # not a blank canvas
+
+
+def test_rerun_is_served_without_new_model_responses(quickstart, first_run, capsys):
+    _, _, args = quickstart
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"model responses this run: 0 new", out), out
