@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/memloop llm check
+	$(BIN)/memloop quickstart
 
 check: $(STAMP)
 	$(BIN)/memloop llm check

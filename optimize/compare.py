@@ -82,10 +82,11 @@ def experiment_rows(tracking_uri: str, experiment: str) -> list[RunRow]:
         if "memloop.feedback_mode" not in tags:
             continue
         scores = _history(mlc, run.info.run_id, "memory_score")
-        steps = sorted(scores)
+        # every cycle logs `overall`; the memory score is missing where it is undefined
+        steps = sorted(_history(mlc, run.info.run_id, "overall"))
         first = steps[0] if steps else None
         last = steps[-1] if steps else None
-        best = max(steps, key=lambda s: (scores[s], -s)) if steps else None
+        best = max(scores, key=lambda s: (scores[s], -s)) if scores else None
         recall = _history(mlc, run.info.run_id, "factual_recall")
         tokens = sum(int(sum(_history(mlc, run.info.run_id, k).values()))
                      for k in run.data.metrics if k.startswith("tokens_"))
@@ -128,7 +129,9 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None,
                 to: str = "best") -> str:
     """Unified diff between the first cycle's prompts and the best (or last) cycle's of one run
     (default: the run with the best memory score)."""
-    candidates = [r for r in rows if r.best_cycle is not None]
+    candidates = [r for r in rows if r.cycles]
+    if to == "best":
+        candidates = [r for r in candidates if r.best_cycle is not None] or candidates
     if not candidates:
         return "(no cycles logged yet)"
     if which:
@@ -143,6 +146,8 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None,
     def prompts(cycle: int) -> dict[str, str]:
         return json.loads(_download_text(mlc, row.run_id, f"prompts/cycle_{cycle:02d}.json"))
 
+    if to == "best" and row.best_cycle is None:
+        to = "last"  # no cycle of this run has a defined memory score
     target = row.best_cycle if to == "best" else row.cycles - 1
     first, best = prompts(0), prompts(target)
     out = [f"run {row.name}: prompts of cycle 0 -> {to} cycle {target}"]
@@ -153,6 +158,23 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None,
         text = "\n".join(diff)
         out.append(text or f"{name}: unchanged")
     return "\n".join(out)
+
+
+def run_histories(tracking_uri: str, rows: list[RunRow]) -> list[Any]:
+    """Per-cycle memory score and factual recall of each run, shaped like evolve's RunOutcome
+    (mode, evolver, cycles) for `optimize.plots.plot_cycles`."""
+    from types import SimpleNamespace
+
+    mlc = tracking.client(tracking_uri)
+    out = []
+    for r in rows:
+        scores = _history(mlc, r.run_id, "memory_score")
+        recall = _history(mlc, r.run_id, "factual_recall")
+        steps = sorted(_history(mlc, r.run_id, "overall"))
+        cycles = [{"cycle": k, "memory_score": scores.get(k), "factual_recall": recall.get(k)}
+                  for k in steps]
+        out.append(SimpleNamespace(mode=r.feedback_mode, evolver=r.evolver, cycles=cycles))
+    return out
 
 
 def compare(tracking_uri: str, experiment: str, run: str | None = None,

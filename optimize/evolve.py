@@ -258,15 +258,19 @@ class Evolution:
                        "per_user": main["per_user"],
                        "tokens": _tokens(train.metrics, held.metrics if held else None),
                        "seconds": round(time.perf_counter() - started, 1)}
-                if k + 1 < self.config.cycles:  # no wasted evolution after the last cycle
-                    before = _evolver_tokens(evolver)
-                    step = evolver.propose(prompts, summary, cycle=k)
-                    (cdir / "evolve.json").write_text(step.model_dump_json(indent=1))
-                    row["tokens"]["optimizer"] = _evolver_tokens(evolver) - before
+                _write_atomic(done, row)
+            evolve_file = cdir / "evolve.json"
+            # no wasted evolution after the last cycle; a run extended with more cycles evolves
+            # its formerly last cycle's prompt here
+            if k + 1 < self.config.cycles and not evolve_file.is_file():
+                summary = json.loads((cdir / "summary.json").read_text())
+                before = _evolver_tokens(evolver)
+                step = evolver.propose(prompts, summary, cycle=k)
+                evolve_file.write_text(step.model_dump_json(indent=1))
+                row["tokens"]["optimizer"] = _evolver_tokens(evolver) - before
                 _write_atomic(done, row)
             self.log_cycle(mlc, run_id, k, row, prompts, cdir)
             cycles.append(row)
-            evolve_file = cdir / "evolve.json"
             if evolve_file.is_file():
                 prompts = EvolveStep.model_validate_json(evolve_file.read_text()).prompts
         return cycles

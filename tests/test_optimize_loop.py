@@ -131,6 +131,20 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, cadence):
     assert {"question", "assistant_response", "ground_truth", "retrieved_memories"} <= set(entry)
 
 
+def test_a_finished_run_extended_with_more_cycles_evolves_its_last_prompt(tmp_path):
+    with FakeOpenAIServer(reply=fake_reply) as fake:
+        _, (short,) = run(tmp_path, fake, cycles=2)
+        assert not (short.run_dir / "cycle_01" / "evolve.json").exists()
+        config, (longer,) = run(tmp_path, fake, cycles=3)
+    assert longer.run_id == short.run_id
+    step = json.loads((longer.run_dir / "cycle_01" / "evolve.json").read_text())
+    assert json.loads((longer.run_dir / "cycle_02" / "prompts.json").read_text()) == step["prompts"]
+    mlc = mlflow_client(config)
+    assert [m.step for m in mlc.get_metric_history(longer.run_id, "overall")] == [0, 1, 2]
+    assert {a.path for a in mlc.list_artifacts(longer.run_id, "evolve")} == \
+        {"evolve/cycle_00.json", "evolve/cycle_01.json"}
+
+
 def test_no_evolution_keeps_prompt_and_calls_no_evolver(tmp_path):
     with FakeOpenAIServer(reply=fake_reply) as fake:
         _, (o,) = run(tmp_path, fake, feedback_modes=["none"])
@@ -191,10 +205,40 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
                  "--run", outcomes[1].run_id, "--to", "last"]) == 0
     out = capsys.readouterr().out
     assert "+Record every stated fact" in out and "-Remember what the user says." in out
+    plot = tmp_path / "cmp.png"
+    assert main(["compare", "--experiment", "unit", "--tracking-uri", config.tracking_uri,
+                 "--plot", str(plot)]) == 0
+    from matplotlib.image import imread
+
+    assert imread(plot).shape[:2] == (418, 1100)
     assert main(["compare", "--experiment", "nope", "--tracking-uri", config.tracking_uri]) == 2
     lo, hi = bootstrap_ci([0.1, 0.5, 0.9, 0.3])
     assert 0.1 <= lo <= 0.45 <= hi <= 0.9
     assert bootstrap_ci([0.5]) is None
+
+
+def test_compare_counts_cycles_where_the_memory_score_is_undefined(tmp_path):
+    from optimize import tracking
+    from optimize.compare import compare, run_histories
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlc = tracking.client(uri)
+    exp = tracking.experiment_id(mlc, "gaps", uri)
+    rid, _ = tracking.open_run(mlc, exp, "k", "r", {"a": 1},
+                               tags={"memloop.feedback_mode": "complete",
+                                     "memloop.evolver": "reflective"})
+    for step, ms in ((0, None), (1, 0.4), (2, None)):
+        tracking.log_metrics(mlc, rid, {"overall": 0.5, "memory_score": ms,
+                                        "factual_recall": 0.25 * step}, step=step)
+    tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
+    tracking.log_text(mlc, rid, '{"writer": "b"}', "prompts/cycle_02.json")
+    result = compare(uri, "gaps", to="last")
+    (row,) = result["rows"]
+    assert (row.cycles, row.first, row.last, row.best, row.best_cycle) == (3, None, None, 0.4, 1)
+    assert row.factual_recall == 0.5
+    assert "-a" in result["diff"] and "+b" in result["diff"]
+    (hist,) = run_histories(uri, result["rows"])
+    assert [c["memory_score"] for c in hist.cycles] == [None, 0.4, None]
 
 
 KILL_SCRIPT = """

@@ -12,7 +12,7 @@ from llm.fake_server import FakeOpenAIServer
 from policies import AWIConfig, NativeConfig, build_policy, check_policy, load_policy_config
 from policies.awi import AWIPolicy
 from policies.check import PolicyCheckError
-from policies.fake_llm import ScriptedMemoryLLM
+from fake_llm import ScriptedMemoryLLM
 from policies.native import NativePolicy
 from test_policies_config import SHIPPED
 

@@ -14,7 +14,7 @@ from llm.endpoint import Endpoint
 from llm.errors import UserError
 from llm.fake_server import FakeOpenAIServer
 from policies import AWEConfig, RAGConfig, build_policy
-from policies.fake_llm import ScriptedMemoryLLM, conversation_of
+from fake_llm import ScriptedMemoryLLM, conversation_of
 
 
 def facts_of(text: str, body) -> list[str]:

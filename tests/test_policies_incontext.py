@@ -18,7 +18,7 @@ from llm.fake_server import FakeOpenAIServer
 from policies import AWIConfig, NativeConfig, build_policy
 from policies.awi import apply_edits, normalize_label
 from policies.base import MessageBuffer, estimate_messages_tokens, estimate_tokens
-from policies.fake_llm import ScriptedMemoryLLM, conversation_of
+from fake_llm import ScriptedMemoryLLM, conversation_of
 from policies.native import _ranges
 
 

@@ -50,6 +50,8 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     cmp.add_argument("--to", choices=["best", "last"], default="best",
                      help="diff the first cycle's prompt against the best or the last cycle's")
     cmp.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
+    cmp.add_argument("--plot", metavar="PNG",
+                     help="also plot memory score and factual recall per cycle, one line per run")
     cmp.set_defaults(func=run_compare_cmd)
 
     ui = sub.add_parser("ui", help="open the MLflow UI on 127.0.0.1 (works offline)")
@@ -79,6 +81,15 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
     print(result["table"])
     print()
     print(result["diff"])
+    if args.plot:
+        from pathlib import Path
+
+        from optimize.compare import run_histories
+        from optimize.plots import plot_cycles
+
+        plot_cycles(run_histories(args.tracking_uri, result["rows"]), Path(args.plot),
+                    title=args.experiment)
+        print(f"\nplot: {args.plot}")
     return 0
 
 

@@ -53,6 +53,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     plot = Path(args.out) / "quickstart.png"
     plot_cycles(outcomes, plot, title=f"AWI prompt evolution ({config.experiment_name})")
     print()
+    print(per_cycle_table(outcomes))
+    print()
     print(result["table"])
     print()
     print(result["diff"])
@@ -64,3 +66,18 @@ def run_quickstart(args: argparse.Namespace) -> int:
               "cache")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def per_cycle_table(outcomes) -> str:
+    """Memory score / factual recall of every cycle, one row per feedback mode (the plot's data)."""
+    cycles = max((len(o.cycles) for o in outcomes), default=0)
+    head = f"{'feedback':<14}" + "".join(f"{'cycle ' + str(k):>16}" for k in range(cycles))
+    lines = ["memory score / factual recall per cycle (on held-out users when there are some)", head, "-" * len(head)]
+    for o in outcomes:
+        cells = []
+        for c in o.cycles:
+            ms = "n/a" if c.get("memory_score") is None else f"{c['memory_score']:.2f}"
+            fr = "n/a" if c.get("factual_recall") is None else f"{c['factual_recall']:.2f}"
+            cells.append(f"{ms + ' / ' + fr:>16}")
+        lines.append(f"{o.mode:<14}" + "".join(cells))
+    return "\n".join(lines)
