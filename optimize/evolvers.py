@@ -102,13 +102,33 @@ class ReflectiveEvolver:
             if not result.ok:
                 step.errors[name] = result.json_error or "no reply"
                 continue
-            new = result.parsed["new_instructions"].strip()
+            new = _strip_wrapper(result.parsed["new_instructions"])
             if len(new.split()) > 2 * self.max_words:
                 step.errors[name] = f"rewrite too long ({len(new.split())} words); kept the old one"
+                continue
+            if not new.endswith(_ENDINGS):
+                step.errors[name] = f"rewrite looks cut off ({new[-40:]!r}); kept the old one"
+                continue
+            if " ".join(new.split()) == " ".join(instructions.split()):
+                step.errors[name] = "rewrite identical to the current instructions"
                 continue
             step.prompts[name] = new
             step.changes[name] = [c.strip() for c in result.parsed["changes"] if c.strip()]
         return step
+
+
+_ENDINGS = (".", "!", "?", ")", "\"", "'")
+
+
+def _strip_wrapper(text: str) -> str:
+    """The reply without the <instructions> tags small models copy from the request."""
+    text = text.strip()
+    for tag in ("instructions", "new_instructions"):
+        if text.startswith(f"<{tag}>"):
+            text = text[len(tag) + 2:]
+        if text.endswith(f"</{tag}>"):
+            text = text[: -len(tag) - 3]
+    return text.strip()
 
 
 def make_evolver(name: str, client: ChatClient) -> Evolver:

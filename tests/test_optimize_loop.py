@@ -299,3 +299,27 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
     assert 0 < before < reference
     # at most the calls in flight at the kill are sent twice
     assert total <= reference + 2
+
+
+@pytest.mark.parametrize("reply, expected, error", [
+    ("<instructions>\nKeep the user's current facts.\n</instructions>",
+     "Keep the user's current facts.", None),
+    ("Keep the facts the user states. A `[Current Time: ...]", "Old rule.", "cut off"),
+    ("  Keep the   facts the user states about themselves. ",
+     "Keep the facts the user states about themselves.", "identical"),
+])
+def test_reflective_rewrite_is_cleaned_or_rejected(reply, expected, error):
+    from optimize.evolvers import ReflectiveEvolver
+
+    def answer(body):
+        return json.dumps({"new_instructions": reply, "changes": ["c"]})
+
+    with FakeOpenAIServer(reply=answer) as fake:
+        client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
+        old = expected if error == "identical" else "Old rule."
+        step = ReflectiveEvolver(client).propose({"writer": old}, {"users": []}, cycle=0)
+    assert step.prompts == {"writer": expected}
+    if error:
+        assert error in step.errors["writer"]
+    else:
+        assert not step.errors and step.changes == {"writer": ["c"]}

@@ -49,7 +49,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
 
     clients = role_clients(config.endpoints)
     outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
-    result = compare(config.tracking_uri, config.experiment_name, to="last")
+    evolving = [o for o in outcomes if o.evolver != "none"]
+    shown = evolving[-1] if evolving else outcomes[-1]
+    result = compare(config.tracking_uri, config.experiment_name, run=shown.run_id, to="last")
     plot = Path(args.out) / "quickstart.png"
     plot_cycles(outcomes, plot, title=f"AWI prompt evolution ({config.experiment_name})")
     print()
