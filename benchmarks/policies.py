@@ -11,8 +11,8 @@ environment and the same endpoint, then reports:
 Each eval has its own output folder and response cache under --out, so a first run measures real
 model time and a rerun resumes from the checkpoints (no model call) and only rebuilds the report.
 
-    .venv/bin/python benchmarks/policies.py --users 3 --periods 4 --questions 4 \
-        --endpoint experiments/endpoints/local-0.5b.yaml --out runs/bench/policies-0.5b
+    .venv/bin/python benchmarks/policies.py --users 3 --periods 3 --questions 4 \
+        --rounds-update 1 --out runs/bench/policies
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ PROBES = ("probe", "checker")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=3)
-    p.add_argument("--periods", type=int, default=4, help="update periods (plus period 0)")
+    p.add_argument("--periods", type=int, default=3,
+                   help="update periods; the episode has one more (period 0)")
     p.add_argument("--questions", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds-init", type=int, default=1)
     p.add_argument("--rounds-update", type=int, default=2)
+    p.add_argument("--parallel-users", type=int, default=3)
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--endpoint", help="endpoint YAML for every role (default: embedded 1.5B)")
     p.add_argument("--out", default="runs/bench/policies")
@@ -98,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         eval_dir = out / name
         cmd = ["eval", "--env", str(env), "--policy", str(ROOT / f"experiments/policies/{name}.yaml"),
                "--out", str(eval_dir), "--rounds-init", str(args.rounds_init),
-               "--rounds-update", str(args.rounds_update), "--cache",
+               "--rounds-update", str(args.rounds_update), "--parallel-users",
+               str(args.parallel_users), "--cache",
                str(eval_dir / "responses.sqlite")]
         if args.endpoint:
             cmd += ["--endpoint", args.endpoint]

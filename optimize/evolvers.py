@@ -44,6 +44,7 @@ You will see the current instructions and a feedback summary from an evaluation:
 Rules:
 - Keep the instructions general: they must help with any user, not only this one. Name kinds of information (e.g. "current living situation", "how often they do X"), never this user's specific values.
 - Keep what already works; be concrete about what to record and how to update it.
+- Make at least one concrete change that answers the feedback: a copy of the current instructions is of no use.
 - Do not describe output formats or JSON: the format is fixed elsewhere.
 - Keep it under {max_words} words."""
 
@@ -59,22 +60,37 @@ Feedback summary:
 {feedback}
 </feedback>
 
-Reply with a JSON object: {{"new_instructions": "<the complete improved instructions>", "changes": ["<short note of each change>", ...]}}"""
+Answer in exactly this form (plain text, no JSON):
+<changes>
+- one short line per change you made
+</changes>
+<new_instructions>
+the complete improved instructions
+</new_instructions>"""
 
-REFLECT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "new_instructions": {"type": "string", "minLength": 40},
-        "changes": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
-    },
-    "required": ["new_instructions", "changes"],
-    "additionalProperties": False,
-}
+_BLOCK = r"<{tag}>\s*(.*?)\s*</{tag}>"
+
+
+def parse_reflection(text: str) -> tuple[str | None, list[str], str | None]:
+    """(new instructions, changes, error) from a reply in the tagged plain-text form. Plain text
+    instead of JSON: small models copying instructions that contain quotes break JSON strings."""
+    import re
+
+    body = re.search(_BLOCK.format(tag="new_instructions"), text, re.S)
+    if body is None:
+        cut = "<new_instructions>" in text
+        return None, [], ("rewrite cut off (no closing tag)" if cut
+                          else "no <new_instructions> block in the reply")
+    changes_block = re.search(_BLOCK.format(tag="changes"), text, re.S)
+    changes = [line.strip().lstrip("-*").strip()
+               for line in (changes_block.group(1).splitlines() if changes_block else [])]
+    return body.group(1).strip(), [c for c in changes if c], None
 
 
 class ReflectiveEvolver:
-    """One LLM call per predictor (component `optimizer`); a reply that is not valid, empty or
-    too long keeps that predictor's old instructions and records why."""
+    """One LLM call per predictor (component `optimizer`); a reply that is malformed, cut off,
+    too short or too long, or identical to the current text keeps that predictor's old
+    instructions and records why."""
 
     name = "reflective"
 
@@ -97,12 +113,16 @@ class ReflectiveEvolver:
                 {"role": "user", "content": REFLECT_USER.format(
                     name=name, instructions=instructions, feedback=feedback)},
             ]
-            result = self.client.chat_json(messages, REFLECT_SCHEMA, component="optimizer",
-                                           sample=cycle, max_tokens=self.max_tokens)
-            if not result.ok:
-                step.errors[name] = result.json_error or "no reply"
+            reply = self.client.chat(messages, component="optimizer", sample=cycle,
+                                     max_tokens=self.max_tokens)
+            parsed, changes, error = parse_reflection(reply.text)
+            if error:
+                step.errors[name] = f"{error}; kept the old one"
                 continue
-            new = _strip_wrapper(result.parsed["new_instructions"])
+            new = _strip_wrapper(parsed)
+            if len(new.split()) < 8:
+                step.errors[name] = f"rewrite too short ({len(new.split())} words); kept the old one"
+                continue
             if len(new.split()) > 2 * self.max_words:
                 step.errors[name] = f"rewrite too long ({len(new.split())} words); kept the old one"
                 continue
@@ -113,7 +133,7 @@ class ReflectiveEvolver:
                 step.errors[name] = "rewrite identical to the current instructions"
                 continue
             step.prompts[name] = new
-            step.changes[name] = [c.strip() for c in result.parsed["changes"] if c.strip()]
+            step.changes[name] = changes
         return step
 
 

@@ -47,16 +47,20 @@ def builder(config, client, workdir, prompts=None):
     return PromptedPolicy(prompts)
 
 
+def is_evolver_request(body) -> bool:
+    return any("<new_instructions>" in str(m.get("content", "")) for m in body["messages"])
+
+
 def fake_reply(body):
     schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    if is_evolver_request(body):
+        n = sum(1 for m in body["messages"] if "feedback" in m["content"])
+        return ("<changes>\n- focus on current situation\n</changes>\n<new_instructions>\n"
+                "Record every stated fact about the user's current situation and update stale "
+                f"ones (v{n}).\n</new_instructions>")
     if schema is None:
         return "Interesting, tell me more."
     props = schema["properties"]
-    if "new_instructions" in props:
-        n = sum(1 for m in body["messages"] if "feedback" in m["content"])
-        return json.dumps({"new_instructions": "Record every stated fact about the user's "
-                           f"current situation and update stale ones (v{n}).",
-                           "changes": ["focus on current situation"]})
     if "answer" in props:
         return json.dumps({"answer": 2})
     return json.dumps({k: "yes" for k in props})
@@ -148,8 +152,7 @@ def test_a_finished_run_extended_with_more_cycles_evolves_its_last_prompt(tmp_pa
 def test_no_evolution_keeps_prompt_and_calls_no_evolver(tmp_path):
     with FakeOpenAIServer(reply=fake_reply) as fake:
         _, (o,) = run(tmp_path, fake, feedback_modes=["none"])
-        assert not any("new_instructions" in json.dumps(r.get("response_format", {}))
-                       for r in fake.requests)
+        assert not any(is_evolver_request(r) for r in fake.requests)
     p0 = json.loads((o.run_dir / "cycle_00" / "prompts.json").read_text())
     p1 = json.loads((o.run_dir / "cycle_01" / "prompts.json").read_text())
     assert p0 == p1
@@ -302,9 +305,10 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
 
 
 @pytest.mark.parametrize("reply, expected, error", [
-    ("<instructions>\nKeep the user's current facts.\n</instructions>",
-     "Keep the user's current facts.", None),
+    ("<instructions>\nKeep the user's current facts and update them when they change.\n</instructions>",
+     "Keep the user's current facts and update them when they change.", None),
     ("Keep the facts the user states. A `[Current Time: ...]", "Old rule.", "cut off"),
+    ("Keep facts.", "Old rule.", "too short"),
     ("  Keep the   facts the user states about themselves. ",
      "Keep the facts the user states about themselves.", "identical"),
 ])
@@ -312,7 +316,7 @@ def test_reflective_rewrite_is_cleaned_or_rejected(reply, expected, error):
     from optimize.evolvers import ReflectiveEvolver
 
     def answer(body):
-        return json.dumps({"new_instructions": reply, "changes": ["c"]})
+        return f"<changes>\n- c\n</changes>\n<new_instructions>\n{reply}\n</new_instructions>"
 
     with FakeOpenAIServer(reply=answer) as fake:
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
@@ -323,3 +327,13 @@ def test_reflective_rewrite_is_cleaned_or_rejected(reply, expected, error):
         assert error in step.errors["writer"]
     else:
         assert not step.errors and step.changes == {"writer": ["c"]}
+
+
+def test_parse_reflection_reports_missing_or_unclosed_blocks():
+    from optimize.evolvers import parse_reflection
+
+    text = "<changes>\n- a\n* b\n</changes>\n<new_instructions>\nNew text here.\n</new_instructions>"
+    assert parse_reflection(text) == ("New text here.", ["a", "b"], None)
+    assert parse_reflection("<new_instructions>\nhalf of it")[2] == \
+        "rewrite cut off (no closing tag)"
+    assert "no <new_instructions> block" in parse_reflection("Sure! Here it is.")[2]
