@@ -175,27 +175,23 @@ class Evolution:
 
         return make
 
+    def _eval_options(self) -> dict[str, Any]:
+        return dict(agent_client=self.clients.agent, sim_client=self.clients.user_sim,
+                    checker_client=self.clients.checker,
+                    sim_config=SimulatorConfig(rounds_init=self.config.rounds.init,
+                                               rounds_update=self.config.rounds.update),
+                    periods=self.config.environment.periods,
+                    max_users_in_parallel=self.config.parallel_users, progress=self.progress)
+
     def evaluate(self, items: list[UserItem], prompts: dict[str, str], out: Path):
-        return run_evaluation(
-            items, self.factory(prompts), out, agent_client=self.clients.agent,
-            sim_client=self.clients.user_sim, checker_client=self.clients.checker,
-            sim_config=SimulatorConfig(rounds_init=self.config.rounds.init,
-                                       rounds_update=self.config.rounds.update),
-            periods=self.config.environment.periods,
-            max_users_in_parallel=self.config.parallel_users, progress=self.progress)
+        return run_evaluation(items, self.factory(prompts), out, **self._eval_options())
 
     def evaluate_groups(self, groups: dict[str, list[UserItem]], prompts: dict[str, str],
                         out: Path):
         """Training and held-out users in one pass (their users run concurrently)."""
         from feedback.evaluate import run_evaluation_groups
 
-        return run_evaluation_groups(
-            groups, self.factory(prompts), out, agent_client=self.clients.agent,
-            sim_client=self.clients.user_sim, checker_client=self.clients.checker,
-            sim_config=SimulatorConfig(rounds_init=self.config.rounds.init,
-                                       rounds_update=self.config.rounds.update),
-            periods=self.config.environment.periods,
-            max_users_in_parallel=self.config.parallel_users, progress=self.progress)
+        return run_evaluation_groups(groups, self.factory(prompts), out, **self._eval_options())
 
     # -- episode cadence -------------------------------------------------------------------
 

@@ -88,3 +88,32 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
     for p in m["per_period"]:
         pd = p["diagnosis"]
         assert pd["write"] + pd["read"] + pd["utilization"] == pytest.approx(1 - p["overall"])
+
+
+def test_eval_roles_default_to_the_assistants_endpoint(tmp_path, monkeypatch):
+    """--endpoint alone puts the simulator and the checker on that endpoint too (not on the
+    embedded default model)."""
+    from environment.datafile import save_items
+    from environment.procedural import generate_procedural
+    from experiments.cli import main
+    from llm.roles import RoleClients
+
+    env = tmp_path / "env.json"
+    save_items(generate_procedural(users=1, periods=1, questions=1, seed=0), env)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(*args, **kwargs):
+        seen.append(args)
+        raise Stop
+
+    monkeypatch.setattr(RoleClients, "from_files", record)
+    with pytest.raises(Stop):
+        main(["eval", "--env", str(env), "--policy", "experiments/policies/awi.yaml",
+              "--out", str(tmp_path / "out"), "--endpoint", "e.yaml"])
+    with pytest.raises(Stop):
+        main(["eval", "--env", str(env), "--policy", "experiments/policies/awi.yaml",
+              "--out", str(tmp_path / "out"), "--endpoint", "e.yaml", "--sim-endpoint", "s.yaml"])
+    assert seen == [("e.yaml", "e.yaml", "e.yaml"), ("e.yaml", "s.yaml", "e.yaml")]

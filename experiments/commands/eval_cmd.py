@@ -56,7 +56,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.users:
         items = items[: args.users]
     config = load_policy_config(args.policy)
-    clients = RoleClients.from_files(args.endpoint, args.sim_endpoint, args.checker_endpoint,
+    clients = RoleClients.from_files(args.endpoint, args.sim_endpoint or args.endpoint,
+                                     args.checker_endpoint or args.endpoint,
                                      cache=args.cache or "default")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
