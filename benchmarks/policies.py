@@ -12,7 +12,7 @@ Each eval has its own output folder and response cache under --out, so a first r
 model time and a rerun resumes from the checkpoints (no model call) and only rebuilds the report.
 
     .venv/bin/python benchmarks/policies.py --users 3 --periods 3 --questions 4 \
-        --rounds-update 1 --out runs/bench/policies
+        --rounds-update 1 --reply-max-tokens 128 --out runs/bench/policies
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-POLICIES = ("native", "awi", "awe", "rag")
+POLICIES = ("awi", "rag", "awe", "native")  # cheapest first
 CONVERSATION = ("user_sim", "agent", "memory")
 PROBES = ("probe", "checker")
 
@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds-update", type=int, default=2)
     p.add_argument("--parallel-users", type=int, default=3)
     p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--reply-max-tokens", type=int,
+                   help="cap the assistant's chat replies (policy reply_max_tokens; probes and "
+                   "memory writes are not capped); default: the endpoint's max_tokens")
     p.add_argument("--endpoint", help="endpoint YAML for every role (default: embedded 1.5B)")
     p.add_argument("--out", default="runs/bench/policies")
     p.add_argument("--json", help="also write the report as JSON here")
@@ -94,11 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     items = load_items(env)
     report: dict = {"sizes": {"users": args.users, "periods": args.periods,
                               "questions": args.questions, "rounds_init": args.rounds_init,
-                              "rounds_update": args.rounds_update},
+                              "rounds_update": args.rounds_update,
+                              "reply_max_tokens": args.reply_max_tokens},
                     "endpoint": args.endpoint or "embedded local-1.5b", "policies": {}}
     for name in args.policies.split(","):
         eval_dir = out / name
-        cmd = ["eval", "--env", str(env), "--policy", str(ROOT / f"experiments/policies/{name}.yaml"),
+        policy = ROOT / f"experiments/policies/{name}.yaml"
+        if args.reply_max_tokens:
+            import yaml
+
+            data = yaml.safe_load(policy.read_text())
+            data["reply_max_tokens"] = args.reply_max_tokens
+            policy = out / f"{name}.yaml"
+            policy.write_text(yaml.safe_dump(data))
+        cmd = ["eval", "--env", str(env), "--policy", str(policy),
                "--out", str(eval_dir), "--rounds-init", str(args.rounds_init),
                "--rounds-update", str(args.rounds_update), "--parallel-users",
                str(args.parallel_users), "--cache",

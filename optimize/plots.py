@@ -15,12 +15,17 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for o in outcomes:
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
+    n = len(outcomes)
+    for i, o in enumerate(outcomes):
         label = o.mode if o.evolver in ("none", "reflective") else f"{o.mode} / {o.evolver}"
+        marker, line = styles[i % len(styles)]
+        dodge = (i - (n - 1) / 2) * 0.04  # equal values stay visible side by side
         for ax, key in zip(axes, ("memory_score", "factual_recall")):
             points = [(c["cycle"], c[key]) for c in o.cycles if c.get(key) is not None]
             if points:
-                ax.plot([p for p, _ in points], [v for _, v in points], "o-", label=label)
+                ax.plot([p + dodge for p, _ in points], [v for _, v in points],
+                        marker=marker, linestyle=line, label=label)
     for ax, name in zip(axes, ("normalized memory score", "memory factual recall")):
         ax.set(xlabel="cycle", ylabel=name, title=name)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
