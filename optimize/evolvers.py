@@ -95,8 +95,9 @@ class ReflectiveEvolver:
     name = "reflective"
 
     def __init__(self, client: ChatClient, *, max_words: int = 350, max_feedback_chars: int = 12000,
-                 max_tokens: int = 1024):
+                 max_tokens: int = 1024, retry_temperature: float | None = 0.8):
         self.client = client
+        self.retry_temperature = retry_temperature
         self.max_words = max_words
         self.max_feedback_chars = max_feedback_chars
         self.max_tokens = max_tokens
@@ -113,28 +114,41 @@ class ReflectiveEvolver:
                 {"role": "user", "content": REFLECT_USER.format(
                     name=name, instructions=instructions, feedback=feedback)},
             ]
-            reply = self.client.chat(messages, component="optimizer", sample=cycle,
-                                     max_tokens=self.max_tokens)
-            parsed, changes, error = parse_reflection(reply.text)
-            if error:
-                step.errors[name] = f"{error}; kept the old one"
-                continue
-            new = _strip_wrapper(parsed)
-            if len(new.split()) < 8:
-                step.errors[name] = f"rewrite too short ({len(new.split())} words); kept the old one"
-                continue
-            if len(new.split()) > 2 * self.max_words:
-                step.errors[name] = f"rewrite too long ({len(new.split())} words); kept the old one"
-                continue
-            if not new.endswith(_ENDINGS):
-                step.errors[name] = f"rewrite looks cut off ({new[-40:]!r}); kept the old one"
-                continue
-            if " ".join(new.split()) == " ".join(instructions.split()):
-                step.errors[name] = "rewrite identical to the current instructions"
-                continue
-            step.prompts[name] = new
-            step.changes[name] = changes
+            # the endpoint's temperature first; a rejected rewrite is asked once more with
+            # sampling (small models at temperature 0 tend to copy the instructions verbatim)
+            attempts = [(cycle, None)]
+            if self.retry_temperature is not None:
+                attempts.append((cycle + 1000, self.retry_temperature))
+            problems = []
+            for sample, temperature in attempts:
+                reply = self.client.chat(messages, component="optimizer", sample=sample,
+                                         temperature=temperature, max_tokens=self.max_tokens)
+                new, changes, problem = self._check(reply.text, instructions)
+                if problem is None:
+                    step.prompts[name] = new
+                    step.changes[name] = changes
+                    break
+                problems.append(problem)
+            else:
+                step.errors[name] = "; ".join(problems) + "; kept the old one"
         return step
+
+    def _check(self, text: str, instructions: str) -> tuple[str, list[str], str | None]:
+        """(new instructions, changes, why they are rejected or None)."""
+        parsed, changes, error = parse_reflection(text)
+        if error:
+            return "", [], error
+        new = _strip_wrapper(parsed or "")
+        words = len(new.split())
+        if words < 8:
+            return new, changes, f"rewrite too short ({words} words)"
+        if words > 2 * self.max_words:
+            return new, changes, f"rewrite too long ({words} words)"
+        if not new.endswith(_ENDINGS):
+            return new, changes, f"rewrite looks cut off ({new[-40:]!r})"
+        if " ".join(new.split()) == " ".join(instructions.split()):
+            return new, changes, "rewrite identical to the current instructions"
+        return new, changes, None
 
 
 _ENDINGS = (".", "!", "?", ")", "\"", "'")

@@ -337,3 +337,27 @@ def test_parse_reflection_reports_missing_or_unclosed_blocks():
     assert parse_reflection("<new_instructions>\nhalf of it")[2] == \
         "rewrite cut off (no closing tag)"
     assert "no <new_instructions> block" in parse_reflection("Sure! Here it is.")[2]
+
+
+def test_a_verbatim_copy_is_asked_again_with_sampling():
+    from optimize.evolvers import ReflectiveEvolver
+
+    old = "Keep the facts the user states about themselves."
+    seen = []
+
+    def answer(body):
+        seen.append(body.get("temperature"))
+        text = old if not body.get("temperature") else old + " Update them when they change."
+        return f"<changes>\n- c\n</changes>\n<new_instructions>\n{text}\n</new_instructions>"
+
+    with FakeOpenAIServer(reply=answer) as fake:
+        client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
+        step = ReflectiveEvolver(client).propose({"writer": old}, {"users": []}, cycle=0)
+        assert seen == [0.0, 0.8]
+        assert step.prompts["writer"].endswith("Update them when they change.")
+        assert not step.errors
+        seen.clear()
+        copy = ReflectiveEvolver(client, retry_temperature=None).propose({"writer": old}, {},
+                                                                         cycle=0)
+        assert seen == [0.0] and copy.prompts["writer"] == old
+        assert "identical" in copy.errors["writer"]
