@@ -3,7 +3,9 @@
 - `none`: keeps the prompts (the no-evolution baseline);
 - `reflective`: the paper's self-evolution step P' = G(P, F): an LLM rewrites each predictor's
   instructions from the feedback summary (memloop's own prompt; whole instructions are mutable
-  because the output format lives in the DSPy signature's fields, not in the text).
+  because the output format lives in the DSPy signature's fields, not in the text). When the
+  rewrite is rejected (small models mostly copy the instructions verbatim), the same model is asked
+  for the easier edit: one to three new rules, appended to the current instructions.
 GEPA needs candidate evaluations, not just a summary: see optimize/gepa_search.py."""
 
 from __future__ import annotations
@@ -68,6 +70,34 @@ Answer in exactly this form (plain text, no JSON):
 the complete improved instructions
 </new_instructions>"""
 
+RULES_SYSTEM = """You improve the instructions of one step of an AI assistant's long-term memory system. The step decides what the assistant writes into its memory about the user.
+
+You will see the current instructions and a feedback summary from an evaluation: the user's questions, the memories the assistant had when answering, and (depending on the feedback) its choice, the right choice, the user facts revealed in the conversations and why answers failed.
+
+Write one to three NEW rules to add to the instructions, each a single sentence, so that next time the memory captures the kinds of user information the feedback shows it missed, kept stale or stored too vaguely.
+
+Rules:
+- General rules about kinds of information (e.g. "Record how often the user travels"), never this user's specific values.
+- Do not repeat a rule the instructions already have.
+- Do not describe output formats or JSON."""
+
+RULES_USER = """Step: {name}
+
+Current instructions:
+<instructions>
+{instructions}
+</instructions>
+
+Feedback summary:
+<feedback>
+{feedback}
+</feedback>
+
+Answer in exactly this form (plain text):
+<rules>
+- first new rule
+</rules>"""
+
 _BLOCK = r"<{tag}>\s*(.*?)\s*</{tag}>"
 
 
@@ -87,17 +117,49 @@ def parse_reflection(text: str) -> tuple[str | None, list[str], str | None]:
     return body.group(1).strip(), [c for c in changes if c], None
 
 
+def parse_rules(text: str, instructions: str, *, max_rules: int = 3,
+                max_words: int = 60) -> tuple[list[str], str | None]:
+    """(new rules, error) from a reply in the <rules> form: one sentence per line, at most
+    `max_rules`; rules the instructions already contain, fragments and run-ons are dropped."""
+    import re
+
+    bullet = r"^\s*(?:[-*\u2022]|\d+[.)])\s+"
+    block = re.search(_BLOCK.format(tag="rules"), text, re.S)
+    if block is not None:
+        lines = block.group(1).splitlines()
+    else:
+        # small models often drop the tags (or the closing one): keep the bullet lines only
+        lines = [ln for ln in text.split("<rules>")[-1].splitlines() if re.match(bullet, ln)]
+        if not lines:
+            return [], "no <rules> block or bullet lines in the reply"
+    known = " ".join(instructions.lower().split())
+    rules: list[str] = []
+    for line in lines:
+        rule = re.sub(bullet, "", line).strip()
+        words = len(rule.split())
+        if not 3 <= words <= max_words or not rule.endswith(_ENDINGS):
+            continue
+        norm = " ".join(rule.lower().split())
+        if norm in known or norm in (" ".join(r.lower().split()) for r in rules):
+            continue
+        rules.append(rule)
+    if not rules:
+        return [], "no usable new rule in the reply"
+    return rules[:max_rules], None
+
+
 class ReflectiveEvolver:
-    """One LLM call per predictor (component `optimizer`); a reply that is malformed, cut off,
-    too short or too long, or identical to the current text keeps that predictor's old
-    instructions and records why."""
+    """Per predictor (component `optimizer`): one LLM call for a rewrite; a reply that is
+    malformed, cut off, too short or too long, or identical to the current text is rejected, and
+    the model is asked once for one to three rules to append instead (`append_rules`). When both
+    fail the predictor keeps its old instructions and the reasons are recorded."""
 
     name = "reflective"
 
     def __init__(self, client: ChatClient, *, max_words: int = 350, max_feedback_chars: int = 12000,
-                 max_tokens: int = 1024, retry_temperature: float | None = 0.8):
+                 max_tokens: int = 1024, append_rules: bool = True):
         self.client = client
-        self.retry_temperature = retry_temperature
+        self.append_rules = append_rules
         self.max_words = max_words
         self.max_feedback_chars = max_feedback_chars
         self.max_tokens = max_tokens
@@ -109,29 +171,31 @@ class ReflectiveEvolver:
             feedback = feedback[: self.max_feedback_chars] + "\n... (truncated)"
         step = EvolveStep(prompts=dict(prompts))
         for name, instructions in sorted(prompts.items()):
-            messages = [
-                {"role": "system", "content": REFLECT_SYSTEM.format(max_words=self.max_words)},
-                {"role": "user", "content": REFLECT_USER.format(
-                    name=name, instructions=instructions, feedback=feedback)},
-            ]
-            # the endpoint's temperature first; a rejected rewrite is asked once more with
-            # sampling (small models at temperature 0 tend to copy the instructions verbatim)
-            attempts = [(cycle, None)]
-            if self.retry_temperature is not None:
-                attempts.append((cycle + 1000, self.retry_temperature))
-            problems = []
-            for sample, temperature in attempts:
-                reply = self.client.chat(messages, component="optimizer", sample=sample,
-                                         temperature=temperature, max_tokens=self.max_tokens)
-                new, changes, problem = self._check(reply.text, instructions)
-                if problem is None:
+            request = dict(name=name, instructions=instructions, feedback=feedback)
+            reply = self._ask(REFLECT_SYSTEM.format(max_words=self.max_words),
+                              REFLECT_USER.format(**request), cycle)
+            new, changes, problem = self._check(reply, instructions)
+            if problem is None:
+                step.prompts[name], step.changes[name] = new, changes
+                continue
+            if self.append_rules:
+                # a distinct sample index: the rules request never shares a cache entry
+                reply = self._ask(RULES_SYSTEM, RULES_USER.format(**request), cycle + 1000)
+                rules, rules_problem = parse_rules(reply, instructions)
+                new = instructions.rstrip() + "\n" + "\n".join(f"- {r}" for r in rules)
+                if rules_problem is None and len(new.split()) <= 2 * self.max_words:
                     step.prompts[name] = new
-                    step.changes[name] = changes
-                    break
-                problems.append(problem)
-            else:
-                step.errors[name] = "; ".join(problems) + "; kept the old one"
+                    step.changes[name] = [f"rewrite rejected ({problem}); appended rules"] + \
+                        [f"added: {r}" for r in rules]
+                    continue
+                problem += "; " + (rules_problem or "instructions with the rules too long")
+            step.errors[name] = problem + "; kept the old one"
         return step
+
+    def _ask(self, system: str, user: str, sample: int) -> str:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return self.client.chat(messages, component="optimizer", sample=sample,
+                                max_tokens=self.max_tokens).text
 
     def _check(self, text: str, instructions: str) -> tuple[str, list[str], str | None]:
         """(new instructions, changes, why they are rejected or None)."""

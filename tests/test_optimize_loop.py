@@ -339,25 +339,58 @@ def test_parse_reflection_reports_missing_or_unclosed_blocks():
     assert "no <new_instructions> block" in parse_reflection("Sure! Here it is.")[2]
 
 
-def test_a_verbatim_copy_is_asked_again_with_sampling():
+def test_a_rejected_rewrite_falls_back_to_appended_rules():
     from optimize.evolvers import ReflectiveEvolver
 
-    old = "Keep the facts the user states about themselves."
-    seen = []
+    old = "- Keep the facts the user states about themselves."
+    asked = []
 
     def answer(body):
-        seen.append(body.get("temperature"))
-        text = old if not body.get("temperature") else old + " Update them when they change."
-        return f"<changes>\n- c\n</changes>\n<new_instructions>\n{text}\n</new_instructions>"
+        system = body["messages"][0]["content"]
+        asked.append("rules" if "NEW rules" in system else "rewrite")
+        if asked[-1] == "rewrite":   # a verbatim copy
+            return f"<changes>\n- none\n</changes>\n<new_instructions>\n{old}\n</new_instructions>"
+        # no tags, one rule already present, one fragment, one run-on of four good ones
+        return ("- Record how often the user travels and update it when it changes.\n"
+                "- Keep the facts the user states about themselves.\n- half a ru\n"
+                "- Store the kind of home the user lives in.\n"
+                "- Note the user's current workload level.\n"
+                "- Note the user's preferred reading format.\n"
+                "- Note the user's usual commute.")
 
     with FakeOpenAIServer(reply=answer) as fake:
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
         step = ReflectiveEvolver(client).propose({"writer": old}, {"users": []}, cycle=0)
-        assert seen == [0.0, 0.8]
-        assert step.prompts["writer"].endswith("Update them when they change.")
+        assert asked == ["rewrite", "rules"]
+        assert step.prompts["writer"] == "\n".join([
+            old, "- Record how often the user travels and update it when it changes.",
+            "- Store the kind of home the user lives in.",
+            "- Note the user's current workload level."])
         assert not step.errors
-        seen.clear()
-        copy = ReflectiveEvolver(client, retry_temperature=None).propose({"writer": old}, {},
-                                                                         cycle=0)
-        assert seen == [0.0] and copy.prompts["writer"] == old
+        assert "identical" in step.changes["writer"][0]
+        assert step.changes["writer"][1:] == [
+            "added: Record how often the user travels and update it when it changes.",
+            "added: Store the kind of home the user lives in.",
+            "added: Note the user's current workload level."]
+        asked.clear()
+        copy = ReflectiveEvolver(client, append_rules=False).propose({"writer": old}, {},
+                                                                     cycle=0)
+        assert asked == ["rewrite"] and copy.prompts["writer"] == old
         assert "identical" in copy.errors["writer"]
+
+
+@pytest.mark.parametrize("reply, error", [
+    ("Sure, happy to help!", "no <rules> block or bullet lines"),
+    ("<rules>\n- ok.\n- Keep the facts the user states about themselves.\n</rules>",
+     "no usable new rule"),
+    ("<rules>\n- Record the user's home city and update it when they move.", None),
+])
+def test_parse_rules_keeps_only_new_whole_sentences(reply, error):
+    from optimize.evolvers import parse_rules
+
+    rules, problem = parse_rules(reply, "- Keep the facts the user states about themselves.")
+    if error:
+        assert error in problem
+    else:
+        assert problem is None
+    assert rules == ([] if error else ["Record the user's home city and update it when they move."])
