@@ -92,6 +92,21 @@ def write_outputs(out_dir: Path, period_records: list[PeriodRecord],
     return metrics
 
 
+def style_memory_score_axis(ax: Any, values: list[float]) -> None:
+    """A fixed scale from -1 to 1 (stretched for values beyond it) with the two reference levels:
+    0 = the random baseline, 1 = the upper bound. Flat lines then read as such instead of being
+    magnified by matplotlib's autoscaling."""
+    lo = min([-1.0, *values]) - 0.08
+    hi = max([1.0, *values]) + 0.08
+    ax.set_ylim(lo, hi)
+    ax.axhline(0, color="grey", lw=0.8, ls=":")
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.annotate("random", (1.0, 0), xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                fontsize=7, color="grey")
+    ax.annotate("upper bound", (1.0, 1), xycoords=("axes fraction", "data"), ha="right",
+                va="top", fontsize=7, color="grey")
+
+
 def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = None) -> None:
     """Overall accuracy, upper bound, random and memory score per period (cf. paper Fig. 5)."""
     import matplotlib
@@ -110,7 +125,7 @@ def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = Non
     ms = [(p, r["memory_score"]) for p, r in zip(periods, rows) if r["memory_score"] is not None]
     if ms:
         ax2.plot([p for p, _ in ms], [v for _, v in ms], "o-", color="tab:green")
-    ax2.axhline(0, color="grey", lw=0.8)
+    style_memory_score_axis(ax2, [v for _, v in ms])
     ax2.set(xlabel="period", ylabel="normalized memory score", title="memory score")
     from matplotlib.ticker import MaxNLocator
 

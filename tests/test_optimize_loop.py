@@ -394,3 +394,21 @@ def test_parse_rules_keeps_only_new_whole_sentences(reply, error):
     else:
         assert problem is None
     assert rules == ([] if error else ["Record the user's home city and update it when they move."])
+
+
+@pytest.mark.parametrize("values, expected", [([], (-1.08, 1.08)), ([-1.0, -1.0], (-1.08, 1.08)),
+                                              ([-3.0, 0.5], (-3.08, 1.08)), ([1.5], (-1.08, 1.58))])
+def test_memory_score_axis_keeps_the_reference_levels_in_view(values, expected):
+    """A flat line at -1 must not be magnified into a band of +-0.04 (matplotlib's autoscale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from feedback.report import style_memory_score_axis
+
+    fig, ax = plt.subplots()
+    style_memory_score_axis(ax, values)
+    assert ax.get_ylim() == pytest.approx(expected)
+    assert sorted(line.get_ydata()[0] for line in ax.lines) == [0, 1]
+    plt.close(fig)
