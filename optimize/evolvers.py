@@ -11,7 +11,7 @@ GEPA needs candidate evaluations, not just a summary: see optimize/gepa_search.p
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -117,10 +117,11 @@ def parse_reflection(text: str) -> tuple[str | None, list[str], str | None]:
     return body.group(1).strip(), [c for c in changes if c], None
 
 
-def parse_rules(text: str, instructions: str, *, max_rules: int = 3,
-                max_words: int = 60) -> tuple[list[str], str | None]:
+def parse_rules(text: str, instructions: str, *, max_rules: int = 3, max_words: int = 60,
+                banned: Iterable[str] = ()) -> tuple[list[str], str | None]:
     """(new rules, error) from a reply in the <rules> form: one sentence per line, at most
-    `max_rules`; rules the instructions already contain, fragments and run-ons are dropped."""
+    `max_rules`; rules the instructions already contain, fragments, run-ons and rules naming one
+    of the `banned` values (a user's own state values, see `leaked_values`) are dropped."""
     import re
 
     bullet = r"^\s*(?:[-*\u2022]|\d+[.)])\s+"
@@ -134,6 +135,7 @@ def parse_rules(text: str, instructions: str, *, max_rules: int = 3,
             return [], "no <rules> block or bullet lines in the reply"
     known = " ".join(instructions.lower().split())
     rules: list[str] = []
+    leaks = 0
     for line in lines:
         rule = re.sub(bullet, "", line).strip()
         words = len(rule.split())
@@ -142,9 +144,13 @@ def parse_rules(text: str, instructions: str, *, max_rules: int = 3,
         norm = " ".join(rule.lower().split())
         if norm in known or norm in (" ".join(r.lower().split()) for r in rules):
             continue
+        if leaked_values(rule, instructions, banned):
+            leaks += 1
+            continue
         rules.append(rule)
     if not rules:
-        return [], "no usable new rule in the reply"
+        why = f" ({leaks} named a user's own values)" if leaks else ""
+        return [], "no usable new rule in the reply" + why
     return rules[:max_rules], None
 
 
@@ -170,18 +176,19 @@ class ReflectiveEvolver:
         if len(feedback) > self.max_feedback_chars:
             feedback = feedback[: self.max_feedback_chars] + "\n... (truncated)"
         step = EvolveStep(prompts=dict(prompts))
+        banned = revealed_values(summary)
         for name, instructions in sorted(prompts.items()):
             request = dict(name=name, instructions=instructions, feedback=feedback)
             reply = self._ask(REFLECT_SYSTEM.format(max_words=self.max_words),
                               REFLECT_USER.format(**request), cycle)
-            new, changes, problem = self._check(reply, instructions)
+            new, changes, problem = self._check(reply, instructions, banned)
             if problem is None:
                 step.prompts[name], step.changes[name] = new, changes
                 continue
             if self.append_rules:
                 # a distinct sample index: the rules request never shares a cache entry
                 reply = self._ask(RULES_SYSTEM, RULES_USER.format(**request), cycle + 1000)
-                rules, rules_problem = parse_rules(reply, instructions)
+                rules, rules_problem = parse_rules(reply, instructions, banned=banned)
                 new = instructions.rstrip() + "\n" + "\n".join(f"- {r}" for r in rules)
                 if rules_problem is None and len(new.split()) <= 2 * self.max_words:
                     step.prompts[name] = new
@@ -197,7 +204,8 @@ class ReflectiveEvolver:
         return self.client.chat(messages, component="optimizer", sample=sample,
                                 max_tokens=self.max_tokens).text
 
-    def _check(self, text: str, instructions: str) -> tuple[str, list[str], str | None]:
+    def _check(self, text: str, instructions: str,
+               banned: Iterable[str] = ()) -> tuple[str, list[str], str | None]:
         """(new instructions, changes, why they are rejected or None)."""
         parsed, changes, error = parse_reflection(text)
         if error:
@@ -212,10 +220,54 @@ class ReflectiveEvolver:
             return new, changes, f"rewrite looks cut off ({new[-40:]!r})"
         if " ".join(new.split()) == " ".join(instructions.split()):
             return new, changes, "rewrite identical to the current instructions"
+        leaked = leaked_values(new, instructions, banned)
+        if leaked:
+            return new, changes, f"rewrite names a user's own values ({', '.join(leaked)})"
         return new, changes, None
 
 
 _ENDINGS = (".", "!", "?", ")", "\"", "'")
+
+
+def _words(text: str) -> str:
+    import re
+
+    return " " + " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split()) + " "
+
+
+def revealed_values(summary: Any) -> set[str]:
+    """The users' own state values in a feedback summary (complete mode's
+    `user_information_updates`, diagnostic mode's `actual` values), at any depth."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "user_information_updates" and isinstance(value, dict):
+                    found.update(str(v) for v in value.values() if v is not None)
+                elif key == "actual" and isinstance(value, (str, int, float)):
+                    found.add(str(value))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(summary)
+    return found
+
+
+def leaked_values(text: str, instructions: str, values: Iterable[str]) -> list[str]:
+    """The `values` that `text` names (as whole words, ignoring case, `_` and punctuation) and the
+    current instructions do not: a prompt shared by every user must not carry one user's facts.
+    Values under 4 characters ("no", "2") are too common to tell apart and are skipped."""
+    have, old = _words(text), _words(instructions)
+    hits = []
+    for value in sorted(set(values)):
+        v = _words(value)
+        if len(v.strip()) >= 4 and v in have and v not in old:
+            hits.append(value)
+    return hits
 
 
 def _strip_wrapper(text: str) -> str:

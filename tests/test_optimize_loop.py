@@ -412,3 +412,49 @@ def test_memory_score_axis_keeps_the_reference_levels_in_view(values, expected):
     assert ax.get_ylim() == pytest.approx(expected)
     assert sorted(line.get_ydata()[0] for line in ax.lines) == [0, 1]
     plt.close(fig)
+
+
+def test_revealed_values_are_collected_at_any_depth_in_complete_and_diagnostic_summaries():
+    from optimize.evolvers import revealed_values
+
+    summary = {"users": [
+        {"question_answer_history": [{"state_query": {"home_type": {"believed": "flat",
+                                                                      "actual": "shared_house"}}}],
+         "user_information_updates": {"trip_frequency": "monthly_trips", "pets": None}},
+        {"question_answer_history": [], "user_information_updates": {"city": "Lyon"}}]}
+    assert revealed_values(summary) == {"shared_house", "monthly_trips", "Lyon"}
+    assert revealed_values({"question_answer_history": [{"question": "Q?"}]}) == set()
+
+
+def test_rules_and_rewrites_naming_a_users_values_are_rejected():
+    """A prompt shared by every user must not carry one user's facts (e.g. `shared_house`)."""
+    from optimize.evolvers import ReflectiveEvolver, leaked_values, parse_rules
+
+    old = "- Keep the facts the user states about themselves, e.g. whether they live alone."
+    values = {"shared_house", "monthly_trips", "no", "alone"}
+    assert leaked_values("Record that the user lives in a Shared-House.", old, values) == \
+        ["shared_house"]
+    # too short to tell apart ("no"), or already in the instructions ("alone"): not a leak
+    assert leaked_values("Say no to guesses; note who lives alone.", old, values) == []
+    assert leaked_values("Record the kind of home the user lives in.", old, values) == []
+    rules, problem = parse_rules(
+        "<rules>\n- Record that the user takes monthly trips.\n"
+        "- Record how often the user travels.\n</rules>", old, banned=values)
+    assert (rules, problem) == (["Record how often the user travels."], None)
+    rules, problem = parse_rules("<rules>\n- Note the user's shared house.\n</rules>", old,
+                                 banned=values)
+    assert rules == [] and problem == "no usable new rule in the reply (1 named a user's own values)"
+
+    summary = {"users": [{"user_information_updates": {"home_type": "shared_house"}}]}
+    leaky = old + "\n- The user lives in a shared house; keep that."
+
+    def answer(body):
+        if "NEW rules" in body["messages"][0]["content"]:
+            return "<rules>\n- Update the home type when the user moves.\n</rules>"
+        return f"<changes>\n- home\n</changes>\n<new_instructions>\n{leaky}\n</new_instructions>"
+
+    with FakeOpenAIServer(reply=answer) as fake:
+        client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
+        step = ReflectiveEvolver(client).propose({"writer": old}, summary, cycle=0)
+    assert step.prompts["writer"] == old + "\n- Update the home type when the user moves."
+    assert "names a user's own values (shared_house)" in step.changes["writer"][0]
