@@ -20,16 +20,18 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llm.client import ChatClient  # noqa: E402
-from llm.endpoint import Endpoint  # noqa: E402
-from llm.fake_server import serve_in_subprocess  # noqa: E402
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import serve_in_subprocess
 
 
 def overhead(calls: int, workdir: Path) -> dict:
     proc, url = serve_in_subprocess(latency_s=0.0)
     try:
-        client = ChatClient(Endpoint(model="bench", base_url=url, max_concurrency=1),
-                            cache=workdir / "overhead.sqlite")
+        client = ChatClient(
+            Endpoint(model="bench", base_url=url, max_concurrency=1),
+            cache=workdir / "overhead.sqlite",
+        )
         for i in range(20):  # warm-up: connection, imports
             client.chat([{"role": "user", "content": f"warm {i}"}], component="agent")
         miss, hit = [], []
@@ -44,8 +46,12 @@ def overhead(calls: int, workdir: Path) -> dict:
         client.close()
         raw = []  # the same request with a bare HTTP client: what the server and loopback cost
         with httpx.Client() as http:
-            body = {"model": "bench", "messages": [{"role": "user", "content": "raw"}],
-                    "temperature": 0.0, "max_tokens": 512}
+            body = {
+                "model": "bench",
+                "messages": [{"role": "user", "content": "raw"}],
+                "temperature": 0.0,
+                "max_tokens": 512,
+            }
             for _ in range(calls):
                 t = time.perf_counter()
                 http.post(url + "/chat/completions", json=body).json()
@@ -54,9 +60,15 @@ def overhead(calls: int, workdir: Path) -> dict:
         proc.terminate()
     ms = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
     p95 = lambda xs: round(sorted(xs)[int(len(xs) * 0.95)] * 1000, 3)  # noqa: E731
-    return {"calls": calls, "miss_median_ms": ms(miss), "miss_p95_ms": p95(miss),
-            "hit_median_ms": ms(hit), "hit_p95_ms": p95(hit), "raw_http_median_ms": ms(raw),
-            "client_overhead_median_ms": round(ms(miss) - ms(raw), 3)}
+    return {
+        "calls": calls,
+        "miss_median_ms": ms(miss),
+        "miss_p95_ms": p95(miss),
+        "hit_median_ms": ms(hit),
+        "hit_p95_ms": p95(hit),
+        "raw_http_median_ms": ms(raw),
+        "client_overhead_median_ms": round(ms(miss) - ms(raw), 3),
+    }
 
 
 def throughput(levels: list[int], per_level: int, workdir: Path) -> list[dict]:
@@ -65,20 +77,36 @@ def throughput(levels: list[int], per_level: int, workdir: Path) -> list[dict]:
     try:
         base = None
         for n in levels:
-            client = ChatClient(Endpoint(model=f"bench-c{n}", base_url=url, max_concurrency=n),
-                                cache=workdir / f"thr{n}.sqlite")
+            client = ChatClient(
+                Endpoint(model=f"bench-c{n}", base_url=url, max_concurrency=n),
+                cache=workdir / f"thr{n}.sqlite",
+            )
             count = per_level * n
             t = time.perf_counter()
             with ThreadPoolExecutor(max_workers=n) as pool:
-                list(pool.map(lambda i: client.chat([{"role": "user", "content": f"q{i}"}],
-                                                    component="agent"), range(count)))
+                list(
+                    pool.map(
+                        lambda i: client.chat(
+                            [{"role": "user", "content": f"q{i}"}], component="agent"
+                        ),
+                        range(count),
+                    )
+                )
             elapsed = time.perf_counter() - t
             client.close()
             rps = count / elapsed
             base = base or rps
-            rows.append({"concurrency": n, "requests": count, "seconds": round(elapsed, 3),
-                         "req_per_s": round(rps, 2), "speedup": round(rps / base, 2),
-                         "target": round(0.8 * n, 2), "meets_target": rps / base >= 0.8 * n})
+            rows.append(
+                {
+                    "concurrency": n,
+                    "requests": count,
+                    "seconds": round(elapsed, 3),
+                    "req_per_s": round(rps, 2),
+                    "speedup": round(rps / base, 2),
+                    "target": round(0.8 * n, 2),
+                    "meets_target": rps / base >= 0.8 * n,
+                }
+            )
     finally:
         proc.terminate()
     return rows
@@ -93,20 +121,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ov = overhead(args.calls, Path(tmp))
         print(f"(a) overhead per call, {ov['calls']} calls against a zero-latency loopback server:")
-        print(f"    cache miss (HTTP round trip + cache write): median {ov['miss_median_ms']} ms, "
-              f"p95 {ov['miss_p95_ms']} ms   target median < 2 ms: "
-              f"{'met' if ov['miss_median_ms'] < 2 else 'NOT met'}")
-        print(f"    bare HTTP round trip (httpx, no client):     median {ov['raw_http_median_ms']} ms"
-              f"  => client + cache overhead ~ {ov['client_overhead_median_ms']} ms per call")
-        print(f"    cache hit:                                  median {ov['hit_median_ms']} ms, "
-              f"p95 {ov['hit_p95_ms']} ms")
+        print(
+            f"    cache miss (HTTP round trip + cache write): median {ov['miss_median_ms']} ms, "
+            f"p95 {ov['miss_p95_ms']} ms   target median < 2 ms: "
+            f"{'met' if ov['miss_median_ms'] < 2 else 'NOT met'}"
+        )
+        print(
+            f"    bare HTTP round trip (httpx, no client):     median {ov['raw_http_median_ms']} ms"
+            f"  => client + cache overhead ~ {ov['client_overhead_median_ms']} ms per call"
+        )
+        print(
+            f"    cache hit:                                  median {ov['hit_median_ms']} ms, "
+            f"p95 {ov['hit_p95_ms']} ms"
+        )
         rows = throughput([1, 2, 4, 8, 16], args.per_level, Path(tmp))
     print("(b) throughput against a 200 ms loopback server:")
     print("    concurrency  requests  seconds  req/s   speed-up  target(0.8N)")
     for r in rows:
-        print(f"    {r['concurrency']:>11}  {r['requests']:>8}  {r['seconds']:>7}  "
-              f"{r['req_per_s']:>5}  {r['speedup']:>8}  {r['target']:>6}  "
-              f"{'met' if r['meets_target'] else 'NOT met'}")
+        print(
+            f"    {r['concurrency']:>11}  {r['requests']:>8}  {r['seconds']:>7}  "
+            f"{r['req_per_s']:>5}  {r['speedup']:>8}  {r['target']:>6}  "
+            f"{'met' if r['meets_target'] else 'NOT met'}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"overhead": ov, "throughput": rows}, indent=2))
     return 0

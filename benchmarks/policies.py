@@ -34,17 +34,21 @@ PROBES = ("probe", "checker")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=3)
-    p.add_argument("--periods", type=int, default=3,
-                   help="update periods; the episode has one more (period 0)")
+    p.add_argument(
+        "--periods", type=int, default=3, help="update periods; the episode has one more (period 0)"
+    )
     p.add_argument("--questions", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds-init", type=int, default=1)
     p.add_argument("--rounds-update", type=int, default=2)
     p.add_argument("--parallel-users", type=int, default=3)
     p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--reply-max-tokens", type=int,
-                   help="cap the assistant's chat replies (policy reply_max_tokens; probes and "
-                   "memory writes are not capped); default: the endpoint's max_tokens")
+    p.add_argument(
+        "--reply-max-tokens",
+        type=int,
+        help="cap the assistant's chat replies (policy reply_max_tokens; probes and "
+        "memory writes are not capped); default: the endpoint's max_tokens",
+    )
     p.add_argument("--endpoint", help="endpoint YAML for every role (default: embedded 1.5B)")
     p.add_argument("--out", default="runs/bench/policies")
     p.add_argument("--json", help="also write the report as JSON here")
@@ -61,8 +65,10 @@ def usage_tokens(usage: dict[str, dict[str, int]], components: tuple[str, ...]) 
 
 
 def period_records(eval_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text())
-            for p in sorted((eval_dir / "episodes").glob("*/period_*/record.json"))]
+    return [
+        json.loads(p.read_text())
+        for p in sorted((eval_dir / "episodes").glob("*/period_*/record.json"))
+    ]
 
 
 def published_calls(items, rounds_init: int, rounds_update: int) -> float:
@@ -84,25 +90,36 @@ def published_calls(items, rounds_init: int, rounds_update: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from environment.datafile import load_items, save_items
-    from environment.procedural import generate_procedural
-    from experiments.cli import main as memloop
+    from memloop.environment.datafile import load_items, save_items
+    from memloop.environment.procedural import generate_procedural
+    from memloop.experiments.cli import main as memloop
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = out / "env.json"
     if not env.is_file():
-        save_items(generate_procedural(users=args.users, periods=args.periods,
-                                       questions=args.questions, seed=args.seed), env)
+        save_items(
+            generate_procedural(
+                users=args.users, periods=args.periods, questions=args.questions, seed=args.seed
+            ),
+            env,
+        )
     items = load_items(env)
-    report: dict = {"sizes": {"users": args.users, "periods": args.periods,
-                              "questions": args.questions, "rounds_init": args.rounds_init,
-                              "rounds_update": args.rounds_update,
-                              "reply_max_tokens": args.reply_max_tokens},
-                    "endpoint": args.endpoint or "embedded local-1.5b", "policies": {}}
+    report: dict = {
+        "sizes": {
+            "users": args.users,
+            "periods": args.periods,
+            "questions": args.questions,
+            "rounds_init": args.rounds_init,
+            "rounds_update": args.rounds_update,
+            "reply_max_tokens": args.reply_max_tokens,
+        },
+        "endpoint": args.endpoint or "embedded local-1.5b",
+        "policies": {},
+    }
     for name in args.policies.split(","):
         eval_dir = out / name
-        policy = ROOT / f"experiments/policies/{name}.yaml"
+        policy = ROOT / f"memloop/experiments/policies/{name}.yaml"
         if args.reply_max_tokens:
             import yaml
 
@@ -110,11 +127,23 @@ def main(argv: list[str] | None = None) -> int:
             data["reply_max_tokens"] = args.reply_max_tokens
             policy = out / f"{name}.yaml"
             policy.write_text(yaml.safe_dump(data))
-        cmd = ["eval", "--env", str(env), "--policy", str(policy),
-               "--out", str(eval_dir), "--rounds-init", str(args.rounds_init),
-               "--rounds-update", str(args.rounds_update), "--parallel-users",
-               str(args.parallel_users), "--cache",
-               str(eval_dir / "responses.sqlite")]
+        cmd = [
+            "eval",
+            "--env",
+            str(env),
+            "--policy",
+            str(policy),
+            "--out",
+            str(eval_dir),
+            "--rounds-init",
+            str(args.rounds_init),
+            "--rounds-update",
+            str(args.rounds_update),
+            "--parallel-users",
+            str(args.parallel_users),
+            "--cache",
+            str(eval_dir / "responses.sqlite"),
+        ]
         if args.endpoint:
             cmd += ["--endpoint", args.endpoint]
         print(f"== {name}", flush=True)
@@ -128,31 +157,39 @@ def main(argv: list[str] | None = None) -> int:
         per_period = []
         for p in sorted(by_period):
             recs = by_period[p]
-            per_period.append({
-                "period": p,
-                "seconds": round(statistics.mean(r["seconds"] for r in recs), 1),
-                "conversation_tokens": round(statistics.mean(
-                    usage_tokens(r["usage"], CONVERSATION) for r in recs)),
-                "memory_tokens": round(statistics.mean(
-                    usage_tokens(r["usage"], ("memory",)) for r in recs)),
-                "probe_tokens": round(statistics.mean(
-                    usage_tokens(r["usage"], PROBES) for r in recs)),
-            })
+            per_period.append(
+                {
+                    "period": p,
+                    "seconds": round(statistics.mean(r["seconds"] for r in recs), 1),
+                    "conversation_tokens": round(
+                        statistics.mean(usage_tokens(r["usage"], CONVERSATION) for r in recs)
+                    ),
+                    "memory_tokens": round(
+                        statistics.mean(usage_tokens(r["usage"], ("memory",)) for r in recs)
+                    ),
+                    "probe_tokens": round(
+                        statistics.mean(usage_tokens(r["usage"], PROBES) for r in recs)
+                    ),
+                }
+            )
         calls: dict[str, float] = {}
         for rec in records:
             for comp in rec["usage"]:
                 calls[comp] = calls.get(comp, 0) + usage_calls(rec["usage"], comp)
         users = len({r["user_id"] for r in records})
         report["policies"][name] = {
-            "metrics": {k: metrics.get(k) for k in ("overall", "random", "upper_bound",
-                                                    "memory_score", "factual_recall")},
+            "metrics": {
+                k: metrics.get(k)
+                for k in ("overall", "random", "upper_bound", "memory_score", "factual_recall")
+            },
             "diagnosis": metrics.get("diagnosis"),
             "per_period": per_period,
             "calls_per_user": {k: round(v / users, 1) for k, v in sorted(calls.items())},
             "total_seconds": round(sum(r["seconds"] for r in records), 1),
         }
     report["published_calls_per_user_without_writes"] = published_calls(
-        items, args.rounds_init, args.rounds_update)
+        items, args.rounds_init, args.rounds_update
+    )
     print(render(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
@@ -164,33 +201,58 @@ def fmt(v) -> str:
 
 
 def render(report: dict) -> str:
-    lines = [f"sizes {report['sizes']}, endpoint {report['endpoint']}", "",
-             "| policy | overall | random | UB | memory score | write | read | utilization "
-             "| factual recall |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"sizes {report['sizes']}, endpoint {report['endpoint']}",
+        "",
+        "| policy | overall | random | UB | memory score | write | read | utilization "
+        "| factual recall |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in report["policies"].items():
         m, d = r["metrics"], r["diagnosis"] or {}
-        lines.append(f"| {name} | " + " | ".join(fmt(m[k]) for k in (
-            "overall", "random", "upper_bound", "memory_score")) + " | " + " | ".join(
-            fmt(d.get(k)) for k in ("write", "read", "utilization")) + f" | "
-            f"{fmt(m['factual_recall'])} |")
-    lines += ["", "per period, mean over users: seconds / conversation tokens (of which memory "
-              "writes) / probe tokens", "",
-              "| policy | " + " | ".join(f"period {p['period']}" for p in
-                                       next(iter(report["policies"].values()))["per_period"])
-              + " |", "|---|" + "---|" * len(next(iter(report["policies"].values()))
-                                             ["per_period"])]
+        lines.append(
+            f"| {name} | "
+            + " | ".join(fmt(m[k]) for k in ("overall", "random", "upper_bound", "memory_score"))
+            + " | "
+            + " | ".join(fmt(d.get(k)) for k in ("write", "read", "utilization"))
+            + f" | "
+            f"{fmt(m['factual_recall'])} |"
+        )
+    lines += [
+        "",
+        "per period, mean over users: seconds / conversation tokens (of which memory "
+        "writes) / probe tokens",
+        "",
+        "| policy | "
+        + " | ".join(
+            f"period {p['period']}" for p in next(iter(report["policies"].values()))["per_period"]
+        )
+        + " |",
+        "|---|" + "---|" * len(next(iter(report["policies"].values()))["per_period"]),
+    ]
     for name, r in report["policies"].items():
-        lines.append(f"| {name} | " + " | ".join(
-            f"{p['seconds']} s / {p['conversation_tokens']} ({p['memory_tokens']}) / "
-            f"{p['probe_tokens']}" for p in r["per_period"]) + " |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(
+                f"{p['seconds']} s / {p['conversation_tokens']} ({p['memory_tokens']}) / "
+                f"{p['probe_tokens']}"
+                for p in r["per_period"]
+            )
+            + " |"
+        )
     pub = report["published_calls_per_user_without_writes"]
-    lines += ["", f"model calls per user (published code, same sizes, memory writes excluded: "
-              f"{pub:.0f})", ""]
+    lines += [
+        "",
+        f"model calls per user (published code, same sizes, memory writes excluded: {pub:.0f})",
+        "",
+    ]
     for name, r in report["policies"].items():
         c = r["calls_per_user"]
         without = sum(v for k, v in c.items() if k != "memory")
-        lines.append(f"- {name}: {c} -> {without:.0f} without memory writes; "
-                     f"eval time {r['total_seconds']} s")
+        lines.append(
+            f"- {name}: {c} -> {without:.0f} without memory writes; "
+            f"eval time {r['total_seconds']} s"
+        )
     return "\n".join(lines)
 
 

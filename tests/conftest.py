@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.settings import cache_root
+from memloop.core.settings import cache_root
 
 _session_root = None
 
@@ -20,7 +20,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("MEMLOOP_MODELS_DIR", str(cache_root() / "models"))
     _session_root = Path(tempfile.mkdtemp(prefix="memloop-tests-"))
     os.environ["MEMLOOP_CACHE_DIR"] = str(_session_root / "cache")
-    from llm.settings import apply_offline_defaults
+    from memloop.core.settings import apply_offline_defaults
 
     apply_offline_defaults()
 
@@ -34,10 +34,12 @@ def session_root() -> Path:
 @pytest.fixture(scope="session")
 def local_client(session_root: Path):
     """A ChatClient on the embedded 0.5B model (the fast one), shared by the real-model tests."""
-    from llm.client import ChatClient
-    from llm.endpoint import Endpoint
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
 
-    client = ChatClient(Endpoint(model="local-0.5b", max_concurrency=2, timeout_s=300),
-                        cache=session_root / "real-model-cache.sqlite")
+    client = ChatClient(
+        Endpoint(model="local-0.5b", max_concurrency=2, timeout_s=300),
+        cache=session_root / "real-model-cache.sqlite",
+    )
     yield client
     client.close()

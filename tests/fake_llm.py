@@ -6,7 +6,8 @@ handler given for it; every request is also logged by kind."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Handler = Callable[[str, dict[str, Any]], Any]  # (text of the request, request body) -> answer
 
@@ -34,11 +35,22 @@ class ScriptedMemoryLLM:
     `writer` -> list of {label, value} edits, `facts` -> list of str, `actions` -> list of
     {id, text, event, old_memory}, `probe` -> any JSON value, `chat` -> str."""
 
-    def __init__(self, *, chat: Handler | str = "Noted, thanks for telling me.",
-                 writer: Handler | None = None, facts: Handler | None = None,
-                 actions: Handler | None = None, probe: Handler | None = None):
+    def __init__(
+        self,
+        *,
+        chat: Handler | str = "Noted, thanks for telling me.",
+        writer: Handler | None = None,
+        facts: Handler | None = None,
+        actions: Handler | None = None,
+        probe: Handler | None = None,
+    ):
         self.handlers: dict[str, Handler | str | None] = {
-            "chat": chat, "writer": writer, "facts": facts, "actions": actions, "probe": probe}
+            "chat": chat,
+            "writer": writer,
+            "facts": facts,
+            "actions": actions,
+            "probe": probe,
+        }
         self.log: list[tuple[str, dict[str, Any]]] = []
 
     def __call__(self, body: dict[str, Any]) -> str:

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import re
 
-from environment.catalogue import DOMAINS, VARIABLES, max_values_per_variable, variables_with_values
+from memloop.environment.catalogue import (
+    DOMAINS,
+    VARIABLES,
+    max_values_per_variable,
+    variables_with_values,
+)
 
-RENDERINGS = [(var.name, value.name, text)
-              for var in VARIABLES.values() for value in var.values for text in value.renderings]
+RENDERINGS = [
+    (var.name, value.name, text)
+    for var in VARIABLES.values()
+    for value in var.values
+    for text in value.renderings
+]
 
 
 def test_catalogue_size() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from environment.exposure_check import check_exposure
-from environment.procedural import generate_procedural
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.fake_server import FakeOpenAIServer
+from memloop.environment.exposure_check import check_exposure
+from memloop.environment.procedural import generate_procedural
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import FakeOpenAIServer
 
 
 def test_agreement_counts_recovered_values(tmp_path):
@@ -20,9 +20,13 @@ def test_agreement_counts_recovered_values(tmp_path):
         text = body["messages"][-1]["content"]
         out = {}
         for i, (var, spec) in enumerate(sorted(props.items())):
-            truth = next(item.state_at(p)[var] for item in items for p in range(2)
-                         for s in item.periods[p].sessions if s.query in text
-                         and var in s.exposed_states)
+            truth = next(
+                item.state_at(p)[var]
+                for item in items
+                for p in range(2)
+                for s in item.periods[p].sessions
+                if s.query in text and var in s.exposed_states
+            )
             out[var] = truth if i else next(v for v in spec["enum"] if v != truth)
         return json.dumps(out)
 

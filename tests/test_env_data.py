@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from environment.data import UserItem
-from environment.datafile import dump_items, load_items, save_items
-from environment.errors import EnvDataError, EnvFileError
-from llm.errors import UserError
+from memloop.core.errors import UserError
+from memloop.environment.data import UserItem
+from memloop.environment.datafile import dump_items, load_items, save_items
+from memloop.environment.errors import EnvDataError, EnvFileError
 
 SAMPLE = Path(__file__).parent / "data" / "published_sample.json"
 
@@ -24,7 +24,9 @@ def test_published_sample_round_trips_to_equal_json(tmp_path: Path) -> None:
     items = load_items(SAMPLE)
     out = tmp_path / "copy.json"
     save_items(items, out)
-    assert json.loads(out.read_text(encoding="utf-8")) == json.loads(SAMPLE.read_text(encoding="utf-8"))
+    assert json.loads(out.read_text(encoding="utf-8")) == json.loads(
+        SAMPLE.read_text(encoding="utf-8")
+    )
 
 
 def test_round_trip_keeps_key_order_and_unknown_fields() -> None:
@@ -113,7 +115,9 @@ def test_load_items_raises_one_line_user_error(tmp_path: Path) -> None:
         load_items(bad)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith(f"{bad}: [0].periods[1].state.commute_mode: 'walk' is not a choice of commute_mode")
+    assert message.startswith(
+        f"{bad}: [0].periods[1].state.commute_mode: 'walk' is not a choice of commute_mode"
+    )
     assert "memloop env validate" in message
     assert isinstance(info.value, EnvFileError) and len(info.value.violations) > 1
 

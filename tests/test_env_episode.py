@@ -12,13 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from environment.episode import (EpisodeRunner, finished_records, load_replay, period_dir,
-                                 run_episodes)
-from environment.procedural import generate_procedural
-from environment.simulator import SimulatorConfig, UserSimulator, hidden_values_named
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.fake_server import FakeOpenAIServer
+from memloop.environment.episode import (
+    EpisodeRunner,
+    finished_records,
+    load_replay,
+    period_dir,
+    run_episodes,
+)
+from memloop.environment.procedural import generate_procedural
+from memloop.environment.simulator import SimulatorConfig, UserSimulator, hidden_values_named
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import FakeOpenAIServer
 
 
 class EchoPolicy:
@@ -65,8 +70,9 @@ class EchoPolicy:
 
 
 def fake_client(server: FakeOpenAIServer, tmp_path: Path) -> ChatClient:
-    return ChatClient(Endpoint(model="sim", base_url=server.base_url),
-                      cache=tmp_path / "cache.sqlite")
+    return ChatClient(
+        Endpoint(model="sim", base_url=server.base_url), cache=tmp_path / "cache.sqlite"
+    )
 
 
 @pytest.fixture
@@ -76,12 +82,18 @@ def item():
 
 def test_on_policy_episode_structure(tmp_path, item):
     with FakeOpenAIServer(reply="Could you say more about that?") as fake:
-        sim = UserSimulator(fake_client(fake, tmp_path), SimulatorConfig(rounds_init=1,
-                                                                         rounds_update=2))
+        sim = UserSimulator(
+            fake_client(fake, tmp_path), SimulatorConfig(rounds_init=1, rounds_update=2)
+        )
         policy = EchoPolicy()
         probed = []
-        runner = EpisodeRunner(item, policy, tmp_path / "u", simulator=sim,
-                               probe=lambda it, p, pol, rec: probed.append(p) or {"p": p})
+        runner = EpisodeRunner(
+            item,
+            policy,
+            tmp_path / "u",
+            simulator=sim,
+            probe=lambda it, p, pol, rec: probed.append(p) or {"p": p},
+        )
         result = runner.run()
     assert [r.period for r in result.records] == [0, 1, 2, 3]
     assert probed == [0, 1, 2, 3]
@@ -103,8 +115,12 @@ def test_simulator_prompt_hides_non_exposed_variables(tmp_path, item):
     with FakeOpenAIServer(reply="ok") as fake:
         sim = UserSimulator(fake_client(fake, tmp_path))
         session = item.periods[1].sessions[0]
-        sim.follow_up(item, 1, session, [{"role": "user", "content": "hi"},
-                                         {"role": "assistant", "content": "hello"}])
+        sim.follow_up(
+            item,
+            1,
+            session,
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        )
     system = fake.requests[0]["messages"][0]["content"]
     hidden = set(item.state_schema) - set(session.exposed_states)
     assert hidden
@@ -125,21 +141,29 @@ def test_follow_up_naming_a_hidden_value_is_redrawn(tmp_path, item):
     if len(leak) >= 5:
         assert follow.text == "What else should I consider?" and not follow.leaked_variables
         assert len(fake.requests) == 2
-    assert hidden_values_named(f"so {leak} now", item, 1, session.exposed_states) == \
-        ([hidden_var] if len(leak) >= 5 else [])
+    assert hidden_values_named(f"so {leak} now", item, 1, session.exposed_states) == (
+        [hidden_var] if len(leak) >= 5 else []
+    )
 
 
 def test_off_policy_replay_feeds_recorded_turns(tmp_path, item):
     with FakeOpenAIServer(reply="Tell me more.") as fake:
-        run_episodes([item], lambda uid, wd, c: EchoPolicy(), fake_client(fake, tmp_path),
-                     tmp_path / "onpolicy", periods=2, progress=False)
+        run_episodes(
+            [item],
+            lambda uid, wd, c: EchoPolicy(),
+            fake_client(fake, tmp_path),
+            tmp_path / "onpolicy",
+            periods=2,
+            progress=False,
+        )
     replay = load_replay(tmp_path / "onpolicy", item.id)
     policy = EchoPolicy()
     result = EpisodeRunner(item, policy, tmp_path / "off", replay=replay, periods=2).run()
     assert policy.respond_calls == 0
     assert [r.mode for r in result.records] == ["off_policy", "off_policy"]
-    recorded_users = [m["content"] for p in (0, 1) for s in replay[p] for m in s
-                      if m["role"] == "user"]
+    recorded_users = [
+        m["content"] for p in (0, 1) for s in replay[p] for m in s if m["role"] == "user"
+    ]
     assert policy.seen == recorded_users
 
 
@@ -148,10 +172,10 @@ import sys, json
 sys.path.insert(0, {root!r})
 from pathlib import Path
 from tests.test_env_episode import EchoPolicy
-from environment.episode import run_episodes
-from environment.procedural import generate_procedural
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
+from memloop.environment.episode import run_episodes
+from memloop.environment.procedural import generate_procedural
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
 item = generate_procedural(users=1, periods=3, questions=2, seed=7)[0]
 client = ChatClient(Endpoint(model="sim", base_url={url!r}), cache={cache!r})
 run_episodes([item], lambda uid, wd, c: EchoPolicy(delay_s=0.4), client, Path({out!r}),
@@ -162,9 +186,12 @@ run_episodes([item], lambda uid, wd, c: EchoPolicy(delay_s=0.4), client, Path({o
 def test_killed_episode_resumes_from_last_finished_period(tmp_path, item):
     out = tmp_path / "run"
     with FakeOpenAIServer(reply="And then?") as fake:
-        script = KILL_SCRIPT.format(root=str(Path(__file__).resolve().parent.parent),
-                                    url=fake.base_url, cache=str(tmp_path / "c.sqlite"),
-                                    out=str(out))
+        script = KILL_SCRIPT.format(
+            root=str(Path(__file__).resolve().parent.parent),
+            url=fake.base_url,
+            cache=str(tmp_path / "c.sqlite"),
+            out=str(out),
+        )
         proc = subprocess.Popen([sys.executable, "-c", script])
         user_dir = out / item.id
         deadline = time.monotonic() + 60
@@ -176,25 +203,31 @@ def test_killed_episode_resumes_from_last_finished_period(tmp_path, item):
         proc.wait()
         done = finished_records(user_dir, 4)
         assert 2 <= len(done) < 4, "kill came too late to test resume"
-        mtimes = {p: (period_dir(user_dir, p) / "record.json").stat().st_mtime_ns
-                  for p in range(len(done))}
+        mtimes = {
+            p: (period_dir(user_dir, p) / "record.json").stat().st_mtime_ns
+            for p in range(len(done))
+        }
         policies = []
 
         def factory(uid, wd, c):
             policies.append(EchoPolicy())
             return policies[-1]
 
-        result = run_episodes([item], factory, fake_client(fake, tmp_path), out,
-                              progress=False)[0]
+        result = run_episodes([item], factory, fake_client(fake, tmp_path), out, progress=False)[0]
     assert result.resumed_from == len(done)
     assert [r.period for r in result.records] == [0, 1, 2, 3]
     for p, mtime in mtimes.items():  # finished periods were not redone
         assert (period_dir(user_dir, p) / "record.json").stat().st_mtime_ns == mtime
     # the restored policy state holds every period's user turns, the earlier ones from disk
-    expected = [m["content"] for r in result.records for s in r.sessions for m in s.messages
-                if m["role"] == "user"]
+    expected = [
+        m["content"]
+        for r in result.records
+        for s in r.sessions
+        for m in s.messages
+        if m["role"] == "user"
+    ]
     assert policies[0].seen == expected
-    rounds = sum(len(s.messages) // 2 for r in result.records[len(done):] for s in r.sessions)
+    rounds = sum(len(s.messages) // 2 for r in result.records[len(done) :] for s in r.sessions)
     assert policies[0].respond_calls == rounds
 
 
@@ -209,5 +242,8 @@ def test_simulator_holds_two_round_session_on_embedded_model(local_client, item,
     follow = log.messages[2]["content"]
     assert follow.strip() and follow != log.messages[0]["content"]
     assert not follow.lower().startswith(("user:", "you:"))
-    assert local_client.usage.component("user_sim").calls + \
-        local_client.usage.component("user_sim").cached_calls >= 1
+    assert (
+        local_client.usage.component("user_sim").calls
+        + local_client.usage.component("user_sim").cached_calls
+        >= 1
+    )

@@ -8,22 +8,33 @@ from pathlib import Path
 
 import pytest
 
-from environment.datafile import load_items
-from environment.llm_pipeline import PipelineConfig, run_pipeline, steps_per_user
+from memloop.environment.datafile import load_items
+from memloop.environment.llm_pipeline import PipelineConfig, run_pipeline, steps_per_user
 
 pytestmark = pytest.mark.real_model
 
 
 def test_pipeline_on_embedded_model_gives_valid_item_or_clear_report(local_client, tmp_path: Path):
-    config = PipelineConfig(users=1, periods=2, questions=2, changes_per_period=2, refine_budget=1, seed=42)
+    config = PipelineConfig(
+        users=1, periods=2, questions=2, changes_per_period=2, refine_budget=1, seed=42
+    )
     result = run_pipeline(config, tmp_path / "out", local_client)
     report = json.loads(result.report_path.read_text())
-    outcome = "valid item" if result.items else f"failed at {result.failures[0].step}: {result.failures[0].reason}"
-    print(f"\n[llm pipeline, 0.5B] {outcome}; {result.elapsed_s:.0f}s, {result.usage['total']}, "
-          f"failed attempts {result.refinements}, notes {result.notes}")
+    outcome = (
+        "valid item"
+        if result.items
+        else f"failed at {result.failures[0].step}: {result.failures[0].reason}"
+    )
+    print(
+        f"\n[llm pipeline, 0.5B] {outcome}; {result.elapsed_s:.0f}s, {result.usage['total']}, "
+        f"failed attempts {result.refinements}, notes {result.notes}"
+    )
 
     assert len(result.items) + len(result.failures) == config.users  # nobody silently dropped
-    assert len(report["succeeded"]) + len(report["failed"]) == config.users and not report["not_finished"]
+    assert (
+        len(report["succeeded"]) + len(report["failed"]) == config.users
+        and not report["not_finished"]
+    )
     assert result.steps_run + result.steps_skipped <= steps_per_user(config)
     if result.items:
         assert report["status"] == "complete"

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from environment.catalogue import VARIABLES, variables_with_values
-from environment.data import UserItem
-from environment.datafile import dump_items, load_items, parse_text
-from environment.errors import ProceduralArgumentError
-from environment.procedural import add_months, generate_procedural
-from environment.validation import check_items, parse_date, parse_session_time
-from experiments.cli import main
-from llm.errors import UserError
+from memloop.core.errors import UserError
+from memloop.environment.catalogue import VARIABLES, variables_with_values
+from memloop.environment.data import UserItem
+from memloop.environment.datafile import dump_items, load_items, parse_text
+from memloop.environment.errors import ProceduralArgumentError
+from memloop.environment.procedural import add_months, generate_procedural
+from memloop.environment.validation import check_items, parse_date, parse_session_time
+from memloop.experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,12 +68,16 @@ def test_shape_matches_the_arguments(args: dict[str, Any]) -> None:
     for item in generate_procedural(**args):
         assert item.num_periods == args["periods"] + 1
         assert len(item.qas) == args["questions"]
-        assert all(len(choices) == args["choices_per_state"] for choices in item.state_schema.values())
+        assert all(
+            len(choices) == args["choices_per_state"] for choices in item.state_schema.values()
+        )
         assert all(len(qa.required_info) == args["states_per_question"] for qa in item.qas)
         used = {var for qa in item.qas for var in qa.required_info}
         assert used == set(item.state_schema)
-        totals = {var: sum(var in item.changed_variables(p) for p in range(1, item.num_periods))
-                  for var in item.state_schema}
+        totals = {
+            var: sum(var in item.changed_variables(p) for p in range(1, item.num_periods))
+            for var in item.state_schema
+        }
         assert all(period.update_cnts == totals for period in item.periods)
 
 
@@ -115,12 +119,16 @@ def test_utterances_reveal_exactly_the_exposed_values(args: dict[str, Any]) -> N
 @given(procedural_args())
 def test_questions_have_distinct_answers_and_gold_every_period(args: dict[str, Any]) -> None:
     for item in generate_procedural(**args):
-        experienced = {q: {item.required_state(q, p) for p in range(item.num_periods)}
-                       for q in range(len(item.qas))}
+        experienced = {
+            q: {item.required_state(q, p) for p in range(item.num_periods)}
+            for q in range(len(item.qas))
+        }
         for q, qa in enumerate(item.qas):
             answers = [choice.answer for choice in qa.answer_choices]
             variants = [tuple(choice.state) for choice in qa.answer_choices]
-            assert len(answers) >= max(4, args["choices_per_state"]) or len(answers) == len(experienced[q])
+            assert len(answers) >= max(4, args["choices_per_state"]) or len(answers) == len(
+                experienced[q]
+            )
             assert len(answers) >= 4
             assert len(set(answers)) == len(answers)
             assert len(set(variants)) == len(variants)
@@ -138,7 +146,9 @@ def test_dates_are_ordered(args: dict[str, Any]) -> None:
     for item in generate_procedural(**args):
         ends = [parse_date(period.period_end) for period in item.periods]
         assert ends == sorted(set(ends))
-        times = [parse_session_time(s.session_time) for period in item.periods for s in period.sessions]
+        times = [
+            parse_session_time(s.session_time) for period in item.periods for s in period.sessions
+        ]
         assert times == sorted(times) and len(set(times)) == len(times)
 
 
@@ -167,25 +177,35 @@ def test_defaults() -> None:
 
 def test_add_months_clamps_to_month_end() -> None:
     from datetime import date
+
     assert add_months(date(2021, 1, 31), 1) == date(2021, 2, 28)
     assert add_months(date(2020, 11, 30), 3) == date(2021, 2, 28)
     assert add_months(date(2020, 10, 1), 12) == date(2021, 10, 1)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"users": 0}, "--users must be between 1"),
-    ({"periods": -1}, "--periods must be between 0"),
-    ({"questions": 0}, "--questions must be between 1"),
-    ({"changes_per_period": 9}, "--changes-per-period must be between 1 and the 8 state variables"),
-    ({"changes_per_period": 0}, "--changes-per-period must be between 1"),
-    ({"states_per_question": 1, "choices_per_state": 2}, "allows only 2 distinct answers"),
-    ({"states_per_question": 0}, "--states-per-question must be between 1"),
-    ({"choices_per_state": 1}, "--choices-per-state must be between 2 and 4"),
-    ({"choices_per_state": 5}, "--choices-per-state must be between 2 and 4"),
-    ({"states_per_question": 21, "choices_per_state": 4}, "--states-per-question must be between 1 and 20"),
-    ({"start_date": "2020-02-30"}, "--start-date must be a date"),
-    ({"months_per_period": 0}, "--months-per-period must be between 1"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"users": 0}, "--users must be between 1"),
+        ({"periods": -1}, "--periods must be between 0"),
+        ({"questions": 0}, "--questions must be between 1"),
+        (
+            {"changes_per_period": 9},
+            "--changes-per-period must be between 1 and the 8 state variables",
+        ),
+        ({"changes_per_period": 0}, "--changes-per-period must be between 1"),
+        ({"states_per_question": 1, "choices_per_state": 2}, "allows only 2 distinct answers"),
+        ({"states_per_question": 0}, "--states-per-question must be between 1"),
+        ({"choices_per_state": 1}, "--choices-per-state must be between 2 and 4"),
+        ({"choices_per_state": 5}, "--choices-per-state must be between 2 and 4"),
+        (
+            {"states_per_question": 21, "choices_per_state": 4},
+            "--states-per-question must be between 1 and 20",
+        ),
+        ({"start_date": "2020-02-30"}, "--start-date must be a date"),
+        ({"months_per_period": 0}, "--months-per-period must be between 1"),
+    ],
+)
 def test_bad_arguments_are_user_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ProceduralArgumentError) as info:
         generate_procedural(**kwargs)
@@ -195,27 +215,58 @@ def test_bad_arguments_are_user_errors(kwargs: dict[str, Any], message: str) -> 
 
 def test_cli_procedural_then_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "env" / "data.json"
-    argv = ["env", "procedural", "--users", "2", "--periods", "3", "--questions", "3",
-            "--states-per-question", "2", "--choices-per-state", "3", "--changes-per-period", "2",
-            "--seed", "7", "--out", str(out)]
+    argv = [
+        "env",
+        "procedural",
+        "--users",
+        "2",
+        "--periods",
+        "3",
+        "--questions",
+        "3",
+        "--states-per-question",
+        "2",
+        "--choices-per-state",
+        "3",
+        "--changes-per-period",
+        "2",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
-    assert f"wrote 2 users (4 periods, 3 questions, 6 state variables each) to {out}" in capsys.readouterr().out
+    assert (
+        f"wrote 2 users (4 periods, 3 questions, 6 state variables each) to {out}"
+        in capsys.readouterr().out
+    )
     assert main(["env", "validate", str(out)]) == 0
     assert f"{out}: valid" in capsys.readouterr().out
     items = load_items(out)
-    expected = generate_procedural(users=2, periods=3, questions=3, states_per_question=2,
-                                   choices_per_state=3, changes_per_period=2, seed=7)
+    expected = generate_procedural(
+        users=2,
+        periods=3,
+        questions=3,
+        states_per_question=2,
+        choices_per_state=3,
+        changes_per_period=2,
+        seed=7,
+    )
     assert out.read_text(encoding="utf-8") == dump_items(expected)
     assert [item.to_json() for item in items] == [item.to_json() for item in expected]
 
 
-def test_cli_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bad_arguments_exit_2_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "data.json"
     assert main(["env", "procedural", "--users", "0", "--out", str(out)]) == 2
     assert main(["env", "procedural", "--changes-per-period", "50", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines()[0] == "memloop: error: --users must be between 1 and 10000; got 0"
-    assert err.splitlines()[1].startswith("memloop: error: --changes-per-period must be between 1 and the 8")
+    assert err.splitlines()[1].startswith(
+        "memloop: error: --changes-per-period must be between 1 and the 8"
+    )
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -225,8 +276,22 @@ def test_bytes_identical_across_processes_with_different_hash_seeds(tmp_path: Pa
         out = tmp_path / f"data-{hash_seed}.json"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         subprocess.run(
-            [sys.executable, "-m", "experiments", "env", "procedural", "--seed", "3", "--out", str(out)],
-            cwd=ROOT, env=env, check=True, capture_output=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "memloop",
+                "env",
+                "procedural",
+                "--seed",
+                "3",
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=60,
         )
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from environment.procedural import generate_procedural
-from feedback.evaluate import run_evaluation
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.fake_server import FakeOpenAIServer
+from memloop.environment.procedural import generate_procedural
+from memloop.feedback.evaluate import run_evaluation
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import FakeOpenAIServer
 from tests.test_env_episode import EchoPolicy
 
 
@@ -57,20 +56,31 @@ def fake_reply(body):
 def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
     items = generate_procedural(users=2, periods=2, questions=3, seed=11)
     with FakeOpenAIServer(reply=fake_reply) as fake:
-        client = ChatClient(Endpoint(model="m", base_url=fake.base_url),
-                            cache=tmp_path / "c.sqlite")
+        client = ChatClient(
+            Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "c.sqlite"
+        )
         factory = lambda uid, wd, c: FirstChoicePolicy()  # noqa: E731
-        first = run_evaluation(items, factory, tmp_path / "out", agent_client=client,
-                               progress=False)
+        first = run_evaluation(
+            items, factory, tmp_path / "out", agent_client=client, progress=False
+        )
         sent = len(fake.requests)
-        again = run_evaluation(items, factory, tmp_path / "out", agent_client=client,
-                               progress=False)
+        again = run_evaluation(
+            items, factory, tmp_path / "out", agent_client=client, progress=False
+        )
         assert len(fake.requests) == sent  # rerun: no model call at all
     assert first.new_requests == sent and again.new_requests == 0
     m = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert m == again.metrics == json.loads(json.dumps(first.metrics))
-    for key in ("overall", "random", "upper_bound", "memory_score", "per_period", "diagnosis",
-                "factual_recall", "usage"):
+    for key in (
+        "overall",
+        "random",
+        "upper_bound",
+        "memory_score",
+        "per_period",
+        "diagnosis",
+        "factual_recall",
+        "usage",
+    ):
         assert key in m
     assert m["users"] == 2 and m["periods"] == 3 and m["questions"] == 2 * 3 * 3
     d = m["diagnosis"]
@@ -78,8 +88,9 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
     assert m["json_errors"] > 0
     assert m["factual_recall"] == 1.0  # the fake checker supports everything (memory non-empty)
     assert set(m["usage"]) >= {"probe", "checker"}
-    rows = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text()
-            .splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == m["questions"]
     assert all(r["chosen_index"] in (0, None) for r in rows)
     assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(m["overall"])
@@ -93,10 +104,10 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
 def test_eval_roles_default_to_the_assistants_endpoint(tmp_path, monkeypatch):
     """--endpoint alone puts the simulator and the checker on that endpoint too (not on the
     embedded default model)."""
-    from environment.datafile import save_items
-    from environment.procedural import generate_procedural
-    from experiments.cli import main
-    from llm.roles import RoleClients
+    from memloop.environment.datafile import save_items
+    from memloop.environment.procedural import generate_procedural
+    from memloop.experiments.cli import main
+    from memloop.llm.roles import RoleClients
 
     env = tmp_path / "env.json"
     save_items(generate_procedural(users=1, periods=1, questions=1, seed=0), env)
@@ -111,9 +122,33 @@ def test_eval_roles_default_to_the_assistants_endpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(RoleClients, "from_files", record)
     with pytest.raises(Stop):
-        main(["eval", "--env", str(env), "--policy", "experiments/policies/awi.yaml",
-              "--out", str(tmp_path / "out"), "--endpoint", "e.yaml"])
+        main(
+            [
+                "eval",
+                "--env",
+                str(env),
+                "--policy",
+                "memloop/experiments/policies/awi.yaml",
+                "--out",
+                str(tmp_path / "out"),
+                "--endpoint",
+                "e.yaml",
+            ]
+        )
     with pytest.raises(Stop):
-        main(["eval", "--env", str(env), "--policy", "experiments/policies/awi.yaml",
-              "--out", str(tmp_path / "out"), "--endpoint", "e.yaml", "--sim-endpoint", "s.yaml"])
+        main(
+            [
+                "eval",
+                "--env",
+                str(env),
+                "--policy",
+                "memloop/experiments/policies/awi.yaml",
+                "--out",
+                str(tmp_path / "out"),
+                "--endpoint",
+                "e.yaml",
+                "--sim-endpoint",
+                "s.yaml",
+            ]
+        )
     assert seen == [("e.yaml", "e.yaml", "e.yaml"), ("e.yaml", "s.yaml", "e.yaml")]

@@ -11,23 +11,51 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feedback.records import PeriodRecall, QuestionRecord, RecallClaim
-from feedback.scoring import (MemoryScoreUndefined, classify_failure, factual_recall,
-                              index_records, score, score_by_period)
-from feedback.summary import summarize
+from memloop.feedback.records import PeriodRecall, QuestionRecord, RecallClaim
+from memloop.feedback.scoring import (
+    MemoryScoreUndefined,
+    classify_failure,
+    factual_recall,
+    index_records,
+    score,
+    score_by_period,
+)
+from memloop.feedback.summary import summarize
 
 
-def rec(period=0, q=0, user="u", *, chosen=0, gold=0, ub=0, n=4, truth=None, believed=None,
-        write_periods=None, json_error=None, memories=()):
+def rec(
+    period=0,
+    q=0,
+    user="u",
+    *,
+    chosen=0,
+    gold=0,
+    ub=0,
+    n=4,
+    truth=None,
+    believed=None,
+    write_periods=None,
+    json_error=None,
+    memories=(),
+):
     truth = truth or {"city": "lisbon"}
     believed = believed if believed is not None else dict(truth)
     return QuestionRecord(
-        user_id=user, period=period, question_index=q, question=f"question {q}?",
-        choices=[f"answer {i}" for i in range(n)], required_info=list(truth),
-        gold_index=gold, true_values=truth,
+        user_id=user,
+        period=period,
+        question_index=q,
+        question=f"question {q}?",
+        choices=[f"answer {i}" for i in range(n)],
+        required_info=list(truth),
+        gold_index=gold,
+        true_values=truth,
         write_periods=write_periods or {v: 0 for v in truth},
-        chosen_index=None if json_error else chosen, json_error=json_error,
-        retrieved_memories=list(memories), state_answers=believed, ub_chosen_index=ub)
+        chosen_index=None if json_error else chosen,
+        json_error=json_error,
+        retrieved_memories=list(memories),
+        state_answers=believed,
+        ub_chosen_index=ub,
+    )
 
 
 def test_all_right_no_failures():
@@ -47,7 +75,7 @@ def test_upper_bound_equal_to_random_gives_null_memory_score_with_warning():
 
 
 def test_memory_score_averaged_over_defined_cells_only():
-    good = [rec(user="a"), rec(user="a", q=1, chosen=1)]             # overall .5, ub 1
+    good = [rec(user="a"), rec(user="a", q=1, chosen=1)]  # overall .5, ub 1
     degenerate = [rec(user="b", n=2, ub=1), rec(user="b", q=1, n=2, ub=0)]  # ub .5 = random
     with pytest.warns(MemoryScoreUndefined):
         s = score(good + degenerate)
@@ -69,15 +97,25 @@ def test_utilization_failure_when_state_known():
 
 
 def test_error_in_same_period_as_write_is_write_failure():
-    r = rec(period=2, chosen=1, truth={"city": "oslo"}, believed={"city": "lisbon"},
-            write_periods={"city": 2})
+    r = rec(
+        period=2,
+        chosen=1,
+        truth={"city": "oslo"},
+        believed={"city": "lisbon"},
+        write_periods={"city": 2},
+    )
     assert classify_failure(r, index_records([r])) == "write"
 
 
 def test_read_failure_when_right_at_write_time():
     at_write = rec(period=1, truth={"city": "oslo"}, write_periods={"city": 1})
-    later = rec(period=3, chosen=1, truth={"city": "oslo"}, believed={"city": "lisbon"},
-                write_periods={"city": 1})
+    later = rec(
+        period=3,
+        chosen=1,
+        truth={"city": "oslo"},
+        believed={"city": "lisbon"},
+        write_periods={"city": 1},
+    )
     lookup = index_records([at_write, later])
     assert classify_failure(later, lookup) == "read"
     assert classify_failure(at_write, lookup) is None
@@ -85,15 +123,25 @@ def test_read_failure_when_right_at_write_time():
 
 def test_several_wrong_variables_one_failure_each_answer():
     truth = {"city": "oslo", "diet": "vegan"}
-    at_write = rec(period=1, truth=truth, believed={"city": "oslo", "diet": "omnivore"},
-                   write_periods={"city": 1, "diet": 1})
-    later = rec(period=2, chosen=3, truth=truth, believed={"city": "rome", "diet": "omnivore"},
-                write_periods={"city": 1, "diet": 1})
+    at_write = rec(
+        period=1,
+        truth=truth,
+        believed={"city": "oslo", "diet": "omnivore"},
+        write_periods={"city": 1, "diet": 1},
+    )
+    later = rec(
+        period=2,
+        chosen=3,
+        truth=truth,
+        believed={"city": "rome", "diet": "omnivore"},
+        write_periods={"city": 1, "diet": 1},
+    )
     # city was right at write time (read), diet wrong at write time (write): write wins, once
     assert classify_failure(later, index_records([at_write, later])) == "write"
     s = score([at_write, later])
-    assert s.diagnosis.write + s.diagnosis.read + s.diagnosis.utilization == \
-        pytest.approx(1 - s.overall)
+    assert s.diagnosis.write + s.diagnosis.read + s.diagnosis.utilization == pytest.approx(
+        1 - s.overall
+    )
 
 
 def test_unparsed_state_query_counts_as_wrong_belief():
@@ -105,10 +153,17 @@ def test_score_by_period_and_recall():
     records = [rec(period=0), rec(period=1, chosen=1)]
     by_p = score_by_period(records)
     assert by_p[0].overall == 1.0 and by_p[1].overall == 0.0
-    recalls = [PeriodRecall(user_id="u", period=0, claims=[
-        RecallClaim(variable="a", value="x", supported=True),
-        RecallClaim(variable="b", value="y", supported=False),
-        RecallClaim(variable="c", value="z", supported=None)])]
+    recalls = [
+        PeriodRecall(
+            user_id="u",
+            period=0,
+            claims=[
+                RecallClaim(variable="a", value="x", supported=True),
+                RecallClaim(variable="b", value="y", supported=False),
+                RecallClaim(variable="c", value="z", supported=None),
+            ],
+        )
+    ]
     assert factual_recall(recalls) == pytest.approx(1 / 3)
     assert factual_recall([]) is None
 
@@ -120,14 +175,18 @@ def test_empty_records_raise():
 
 # ---------------------------------------------------------------- summaries
 
+
 def test_summaries_in_every_mode_are_deterministic_json():
     records = [rec(chosen=1, gold=0, memories=["city: lisbon"]), rec(q=1)]
     updates = {"city": "lisbon"}
     assert summarize(records, "none") == {}
     qo = summarize(records, "question_only", updates)
-    assert qo == {"question_answer_history": [
-        {"question": "Question: question 0?;", "retrieved_memories": ["city: lisbon"]},
-        {"question": "Question: question 1?;", "retrieved_memories": []}]}
+    assert qo == {
+        "question_answer_history": [
+            {"question": "Question: question 0?;", "retrieved_memories": ["city: lisbon"]},
+            {"question": "Question: question 1?;", "retrieved_memories": []},
+        ]
+    }
     complete = summarize(records, "complete", updates)
     first = complete["question_answer_history"][0]
     assert first["assistant_response"] == "B" and first["ground_truth"] == "A"  # 0-based, no shift
@@ -137,9 +196,9 @@ def test_summaries_in_every_mode_are_deterministic_json():
     assert diag["question_answer_history"][0]["failure"] == "utilization"
     assert diag["question_answer_history"][1]["failure"] == "none"
     assert diag["question_answer_history"][0]["state_query"] == {
-        "city": {"believed": "lisbon", "actual": "lisbon"}}
-    assert json.dumps(summarize(list(reversed(records)), "diagnostic", updates)) == \
-        json.dumps(diag)
+        "city": {"believed": "lisbon", "actual": "lisbon"}
+    }
+    assert json.dumps(summarize(list(reversed(records)), "diagnostic", updates)) == json.dumps(diag)
     with pytest.raises(ValueError, match="unknown feedback mode"):
         summarize(records, "everything")
 
@@ -179,12 +238,20 @@ def episodes(draw):
             req, n = required[q], sizes[q]
             json_error = draw(st.booleans()) and draw(st.booleans())
             believed = {v: draw(st.sampled_from(VALUES + [None])) for v in req}
-            records.append(rec(
-                period=p, q=q, n=n, gold=draw(st.integers(0, n - 1)),
-                chosen=draw(st.integers(0, n - 1)), ub=draw(st.integers(0, n - 1)),
-                truth={v: truth[p][v] for v in req}, believed=believed,
-                write_periods={v: set_at[p][v] for v in req},
-                json_error="bad" if json_error else None))
+            records.append(
+                rec(
+                    period=p,
+                    q=q,
+                    n=n,
+                    gold=draw(st.integers(0, n - 1)),
+                    chosen=draw(st.integers(0, n - 1)),
+                    ub=draw(st.integers(0, n - 1)),
+                    truth={v: truth[p][v] for v in req},
+                    believed=believed,
+                    write_periods={v: set_at[p][v] for v in req},
+                    json_error="bad" if json_error else None,
+                )
+            )
     return records
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
-from llm.fake_server import FakeOpenAIServer
+from memloop.experiments.cli import main
+from memloop.llm.fake_server import FakeOpenAIServer
 
 CANARY = "sk-canary-7f3a9c1e5b2d4f60a8b1"
 
@@ -29,8 +29,9 @@ def test_unreachable_base_url_is_one_line_exit_2(tmp_path, capsys):
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    ep = write_endpoint(tmp_path / "ep.yaml", model="m", base_url=f"http://127.0.0.1:{port}/v1",
-                        max_retries=1)
+    ep = write_endpoint(
+        tmp_path / "ep.yaml", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1
+    )
     code = main(["llm", "check", "--endpoint", str(ep), "--cache", str(tmp_path / "c.sqlite")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
@@ -39,20 +40,27 @@ def test_unreachable_base_url_is_one_line_exit_2(tmp_path, capsys):
 
 def test_missing_key_variable_names_it_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("MEMLOOP_TEST_UNSET_KEY", raising=False)
-    ep = write_endpoint(tmp_path / "ep.yaml", model="m", base_url="http://127.0.0.1:9/v1",
-                        api_key_env="MEMLOOP_TEST_UNSET_KEY")
+    ep = write_endpoint(
+        tmp_path / "ep.yaml",
+        model="m",
+        base_url="http://127.0.0.1:9/v1",
+        api_key_env="MEMLOOP_TEST_UNSET_KEY",
+    )
     code = main(["llm", "check", "--endpoint", str(ep), "--cache", str(tmp_path / "c.sqlite")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "MEMLOOP_TEST_UNSET_KEY" in err[0]
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("model: m\nbase_ur1: http://x/v1\n", "unknown key 'base_ur1'"),
-    ("model: m\nmax_concurrency: lots\n", "key 'max_concurrency'"),
-    ("- a\n- b\n", "mapping"),
-    ("model: [unclosed\n", "not valid YAML"),
-    ("model: m\napi_key_env: sk-live-abc.def\n", "NAME of an environment variable"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("model: m\nbase_ur1: http://x/v1\n", "unknown key 'base_ur1'"),
+        ("model: m\nmax_concurrency: lots\n", "key 'max_concurrency'"),
+        ("- a\n- b\n", "mapping"),
+        ("model: [unclosed\n", "not valid YAML"),
+        ("model: m\napi_key_env: sk-live-abc.def\n", "NAME of an environment variable"),
+    ],
+)
 def test_bad_endpoint_file_is_one_line_exit_2(tmp_path, capsys, content, needle):
     ep = tmp_path / "ep.yaml"
     ep.write_text(content)
@@ -63,8 +71,9 @@ def test_bad_endpoint_file_is_one_line_exit_2(tmp_path, capsys, content, needle)
 
 
 def test_check_against_fake_endpoint_passes(tmp_path, capsys):
-    with FakeOpenAIServer(reply='{"city": "Paris", "population_millions": 2.1, '
-                                '"is_capital": true}') as fake:
+    with FakeOpenAIServer(
+        reply='{"city": "Paris", "population_millions": 2.1, "is_capital": true}'
+    ) as fake:
         ep = write_endpoint(tmp_path / "ep.yaml", model="m", base_url=fake.base_url)
         code = main(["llm", "check", "--endpoint", str(ep), "--cache", str(tmp_path / "c.sqlite")])
     out = capsys.readouterr().out
@@ -79,15 +88,21 @@ def test_canary_key_is_used_but_never_written(tmp_path):
     file the run wrote (cache, logs, outputs) nor in its printed output."""
     work = tmp_path / "work"
     work.mkdir()
-    with FakeOpenAIServer(reply='{"city": "Paris", "population_millions": 2.1, '
-                                '"is_capital": true}') as fake:
-        ep = write_endpoint(work / "ep.yaml", model="m", base_url=fake.base_url,
-                            api_key_env="MEMLOOP_CANARY_KEY")
-        env = dict(os.environ, MEMLOOP_CANARY_KEY=CANARY,
-                   MEMLOOP_CACHE_DIR=str(work / "cache"))
-        proc = subprocess.run([sys.executable, "-m", "experiments", "llm", "check",
-                               "--endpoint", str(ep)],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    with FakeOpenAIServer(
+        reply='{"city": "Paris", "population_millions": 2.1, "is_capital": true}'
+    ) as fake:
+        ep = write_endpoint(
+            work / "ep.yaml", model="m", base_url=fake.base_url, api_key_env="MEMLOOP_CANARY_KEY"
+        )
+        env = dict(os.environ, MEMLOOP_CANARY_KEY=CANARY, MEMLOOP_CACHE_DIR=str(work / "cache"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "memloop", "llm", "check", "--endpoint", str(ep)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert fake.auth_headers == [f"Bearer {CANARY}"]
     assert CANARY not in proc.stdout + proc.stderr

@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from llm.cache import ResponseCache, cache_key
-from llm.client import ChatClient, LLMRequestError
-from llm.endpoint import Endpoint
-from llm.errors import EndpointUnreachable
-from llm.fake_server import FakeOpenAIServer
+from memloop.llm.cache import ResponseCache, cache_key
+from memloop.llm.client import ChatClient, LLMRequestError
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.errors import EndpointUnreachable
+from memloop.llm.fake_server import FakeOpenAIServer
 
 MSGS = [{"role": "user", "content": "hi"}]
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -31,21 +31,35 @@ def make_client(server: FakeOpenAIServer, tmp_path, **endpoint_kwargs) -> ChatCl
 
 # ---------------------------------------------------------------- cache keys
 
-BASE = dict(base_url="http://x/v1", model="m", messages=MSGS,
-            params={"temperature": 0.0, "max_tokens": 10}, sample=0)
+BASE = dict(
+    base_url="http://x/v1",
+    model="m",
+    messages=MSGS,
+    params={"temperature": 0.0, "max_tokens": 10},
+    sample=0,
+)
 
 
-@pytest.mark.parametrize("change", [
-    {"base_url": "http://y/v1"},
-    {"model": "m2"},
-    {"messages": [{"role": "user", "content": "hi!"}]},
-    {"messages": [{"role": "system", "content": "hi"}]},
-    {"params": {"temperature": 0.7, "max_tokens": 10}},
-    {"params": {"temperature": 0.0, "max_tokens": 11}},
-    {"params": {"temperature": 0.0, "max_tokens": 10, "response_format": {"type": "json_object"}}},
-    {"params": {"temperature": 0.0, "max_tokens": 10, "stop": ["\n"]}},
-    {"sample": 1},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"base_url": "http://y/v1"},
+        {"model": "m2"},
+        {"messages": [{"role": "user", "content": "hi!"}]},
+        {"messages": [{"role": "system", "content": "hi"}]},
+        {"params": {"temperature": 0.7, "max_tokens": 10}},
+        {"params": {"temperature": 0.0, "max_tokens": 11}},
+        {
+            "params": {
+                "temperature": 0.0,
+                "max_tokens": 10,
+                "response_format": {"type": "json_object"},
+            }
+        },
+        {"params": {"temperature": 0.0, "max_tokens": 10, "stop": ["\n"]}},
+        {"sample": 1},
+    ],
+)
 def test_cache_key_changes_with_every_input(change):
     assert cache_key(**BASE) != cache_key(**(BASE | change))
 
@@ -109,6 +123,7 @@ def _write_many(path: str, writer: int) -> None:
 
 # ---------------------------------------------------------------- retries
 
+
 @pytest.mark.parametrize("status", [429, 500, 502, 503])
 def test_retries_transient_statuses_then_succeeds(tmp_path, status):
     with FakeOpenAIServer(failures=[status, status]) as fake:
@@ -159,14 +174,20 @@ def test_refused_connection_is_retried_then_named(tmp_path):
 
 # ---------------------------------------------------------------- concurrency bound
 
+
 def test_concurrency_bound_per_endpoint(tmp_path):
     with FakeOpenAIServer(latency_s=0.15) as fake:
         # two clients on the same endpoint share one bound
         a = make_client(fake, tmp_path, max_concurrency=3)
         b = make_client(fake, tmp_path, max_concurrency=3)
-        threads = [threading.Thread(target=(a if i % 2 else b).chat,
-                                    args=([{"role": "user", "content": str(i)}],),
-                                    kwargs={"component": "agent"}) for i in range(12)]
+        threads = [
+            threading.Thread(
+                target=(a if i % 2 else b).chat,
+                args=([{"role": "user", "content": str(i)}],),
+                kwargs={"component": "agent"},
+            )
+            for i in range(12)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -177,6 +198,7 @@ def test_concurrency_bound_per_endpoint(tmp_path):
 
 # ---------------------------------------------------------------- JSON and usage
 
+
 def test_schema_output_parsed_and_request_constrained(fake, tmp_path):
     client = make_client(fake, tmp_path)
     result = client.chat_json(MSGS, SCHEMA, component="probe")
@@ -185,8 +207,9 @@ def test_schema_output_parsed_and_request_constrained(fake, tmp_path):
     assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == SCHEMA
 
 
-@pytest.mark.parametrize("reply,needle", [("not json", "not JSON"),
-                                          ('{"ok": "yes"}', "does not match the schema")])
+@pytest.mark.parametrize(
+    "reply,needle", [("not json", "not JSON"), ('{"ok": "yes"}', "does not match the schema")]
+)
 def test_invalid_json_is_reported_not_hidden(tmp_path, reply, needle):
     with FakeOpenAIServer(reply=reply) as fake:
         result = make_client(fake, tmp_path).chat_json(MSGS, SCHEMA, component="probe")
@@ -199,8 +222,13 @@ def test_usage_counted_per_component(fake, tmp_path):
     client.chat(MSGS, component="agent")  # cache hit: no tokens
     client.chat([{"role": "user", "content": "x"}], component="memory")
     summary = client.usage.summary()
-    assert summary["agent"] == {"calls": 1, "cached_calls": 1, "prompt_tokens": 10,
-                                "completion_tokens": 5, "total_tokens": 15}
+    assert summary["agent"] == {
+        "calls": 1,
+        "cached_calls": 1,
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,
+    }
     assert summary["memory"]["calls"] == 1
     assert summary["total"]["total_tokens"] == 30
     assert client.usage.tokens_by_component() == {"agent": 15, "memory": 15}
@@ -209,7 +237,7 @@ def test_usage_counted_per_component(fake, tmp_path):
 def test_dspy_lm_goes_through_client(fake, tmp_path):
     import dspy
 
-    from llm.dspy_lm import make_dspy_lm
+    from memloop.llm.dspy_lm import make_dspy_lm
 
     fake.reply = json.dumps({"answer": "42"})
     client = make_client(fake, tmp_path)

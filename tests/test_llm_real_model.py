@@ -24,33 +24,38 @@ CAPITAL_SCHEMA = {
 def test_embedded_model_answers_schema_constrained(local_client):
     result = local_client.chat_json(
         [{"role": "user", "content": "What is the capital city of France? Answer in JSON."}],
-        CAPITAL_SCHEMA, component="probe")
+        CAPITAL_SCHEMA,
+        component="probe",
+    )
     assert result.ok, result.json_error
     assert result.parsed == {"capital": "Paris"}
     assert result.model.startswith("qwen2.5-coder-0.5b")
     assert local_client.usage.component("probe").completion_tokens > 0
     again = local_client.chat_json(
         [{"role": "user", "content": "What is the capital city of France? Answer in JSON."}],
-        CAPITAL_SCHEMA, component="probe")
+        CAPITAL_SCHEMA,
+        component="probe",
+    )
     assert again.cached and again.parsed == result.parsed
 
 
 def test_dspy_predict_on_embedded_model(local_client):
     import dspy
 
-    from llm.dspy_lm import make_dspy_lm
+    from memloop.llm.dspy_lm import make_dspy_lm
 
     lm = make_dspy_lm(local_client, component="memory")
     extract = dspy.Predict("conversation -> user_city: str")
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        out = extract(conversation="User: I just moved to Lisbon for a new job.\n"
-                                   "Assistant: Congratulations!")
+        out = extract(
+            conversation="User: I just moved to Lisbon for a new job.\nAssistant: Congratulations!"
+        )
     assert "lisbo" in out.user_city.lower()  # the model may say Lisboa
     assert local_client.usage.component("memory").calls >= 1
 
 
 def test_llm_check_cli_on_embedded_model(local_client, tmp_path, capsys):
-    from experiments.cli import main
+    from memloop.experiments.cli import main
 
     ep = tmp_path / "ep.yaml"
     ep.write_text("model: local-0.5b\nbase_url: local\nmax_concurrency: 2\ntimeout_s: 300\n")
@@ -75,8 +80,8 @@ def _alive(pid: int) -> bool:
 
 SCRIPT = """
 import sys, time
-from llm.embedded_server import EmbeddedServer, ServerSettings
-from llm.model_files import QWEN_0_5B
+from memloop.llm.embedded_server import EmbeddedServer, ServerSettings
+from memloop.llm.model_files import QWEN_0_5B
 server = EmbeddedServer(QWEN_0_5B, ServerSettings(slots=1, ctx_per_slot=2048)).start()
 print(server.pid, flush=True)
 if sys.argv[1] == "raise":
@@ -87,8 +92,12 @@ time.sleep(600)
 
 @pytest.mark.parametrize("how", ["sigkill", "sigint", "raise"])
 def test_no_orphan_server_when_parent_dies(tmp_path, how):
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, how], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     child = int(proc.stdout.readline())
     assert _alive(child)
     if how == "sigkill":
@@ -105,12 +114,15 @@ def test_no_orphan_server_when_parent_dies(tmp_path, how):
 def test_server_started_from_a_worker_thread_outlives_the_thread(tmp_path):
     import threading
 
-    from llm.embedded_server import EmbeddedServer, ServerSettings
-    from llm.model_files import QWEN_0_5B
+    from memloop.llm.embedded_server import EmbeddedServer, ServerSettings
+    from memloop.llm.model_files import QWEN_0_5B
 
     box = {}
-    worker = threading.Thread(target=lambda: box.setdefault(
-        "s", EmbeddedServer(QWEN_0_5B, ServerSettings(slots=1, ctx_per_slot=2048)).start()))
+    worker = threading.Thread(
+        target=lambda: box.setdefault(
+            "s", EmbeddedServer(QWEN_0_5B, ServerSettings(slots=1, ctx_per_slot=2048)).start()
+        )
+    )
     worker.start()
     worker.join()
     server = box["s"]

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from llm.errors import ModelFileError
-from llm.model_files import PackagedModel, ensure_model_file, resolve_packaged_model
+from memloop.llm.errors import ModelFileError
+from memloop.llm.model_files import PackagedModel, ensure_model_file, resolve_packaged_model
 
 
 @pytest.fixture
@@ -22,12 +22,19 @@ def tiny_model(tmp_path, monkeypatch):
         (pkg / "data" / "part.bin").write_bytes(data)
         (pkg / "__init__.py").write_text(
             "import os\ndef get_part_path():\n"
-            "    return os.path.join(os.path.dirname(__file__), 'data', 'part.bin')\n")
+            "    return os.path.join(os.path.dirname(__file__), 'data', 'part.bin')\n"
+        )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     whole = b"".join(parts)
-    yield PackagedModel(key="tiny", display_name="Tiny", file_name="tiny.gguf",
-                        part_modules=("tiny_part1", "tiny_part2"), pip_extra="tiny",
-                        size=len(whole), sha256=hashlib.sha256(whole).hexdigest())
+    yield PackagedModel(
+        key="tiny",
+        display_name="Tiny",
+        file_name="tiny.gguf",
+        part_modules=("tiny_part1", "tiny_part2"),
+        pip_extra="tiny",
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+    )
     for name in ("tiny_part1", "tiny_part2"):
         sys.modules.pop(name, None)
 
@@ -53,8 +60,9 @@ def test_corrupt_file_detected_removed_and_rebuilt(tiny_model, tmp_path, damage)
     with pytest.raises(ModelFileError, match="removed and will be rebuilt"):
         ensure_model_file(tiny_model, tmp_path / "models")
     assert not path.exists()
-    assert ensure_model_file(tiny_model, tmp_path / "models").read_bytes() == \
-        b"".join(open(p, "rb").read() for p in _parts(tiny_model))
+    assert ensure_model_file(tiny_model, tmp_path / "models").read_bytes() == b"".join(
+        open(p, "rb").read() for p in _parts(tiny_model)
+    )
 
 
 def _parts(model):
@@ -64,9 +72,15 @@ def _parts(model):
 
 
 def test_missing_weight_package_names_install_command(tmp_path):
-    model = PackagedModel(key="x", display_name="X", file_name="x.gguf",
-                          part_modules=("no_such_weights_part1",), pip_extra="local-x",
-                          size=1, sha256="0" * 64)
+    model = PackagedModel(
+        key="x",
+        display_name="X",
+        file_name="x.gguf",
+        part_modules=("no_such_weights_part1",),
+        pip_extra="local-x",
+        size=1,
+        sha256="0" * 64,
+    )
     with pytest.raises(ModelFileError, match=r"no-such-weights-part1.*local-x"):
         ensure_model_file(model, tmp_path)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.fake_server import FakeOpenAIServer
-from llm.roles import RoleClients
-from optimize.config import EvolveConfig, TuneConfig, load_config
-from tests.test_feedback_evaluate import FakeAnswer, FirstChoicePolicy
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.llm.roles import RoleClients
+from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
+from tests.test_feedback_evaluate import FirstChoicePolicy
 
 
 class PromptedPolicy(FirstChoicePolicy):
@@ -55,9 +55,11 @@ def fake_reply(body):
     schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
     if is_evolver_request(body):
         n = sum(1 for m in body["messages"] if "feedback" in m["content"])
-        return ("<changes>\n- focus on current situation\n</changes>\n<new_instructions>\n"
-                "Record every stated fact about the user's current situation and update stale "
-                f"ones (v{n}).\n</new_instructions>")
+        return (
+            "<changes>\n- focus on current situation\n</changes>\n<new_instructions>\n"
+            "Record every stated fact about the user's current situation and update stale "
+            f"ones (v{n}).\n</new_instructions>"
+        )
     if schema is None:
         return "Interesting, tell me more."
     props = schema["properties"]
@@ -71,12 +73,20 @@ def write_config(tmp_path: Path, **over) -> Path:
 
     policy = tmp_path / "awi.yaml"
     policy.write_text("type: awi\n")
-    data = {"experiment": "unit", "environment": {"procedural": {"users": 3, "periods": 2,
-                                                                 "questions": 2, "seed": 1},
-                                                  "train_users": 2, "heldout_users": 1},
-            "policy": str(policy), "feedback_modes": ["complete"], "evolvers": ["reflective"],
-            "cycles": 2, "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-            "out_dir": str(tmp_path / "runs")}
+    data = {
+        "experiment": "unit",
+        "environment": {
+            "procedural": {"users": 3, "periods": 2, "questions": 2, "seed": 1},
+            "train_users": 2,
+            "heldout_users": 1,
+        },
+        "policy": str(policy),
+        "feedback_modes": ["complete"],
+        "evolvers": ["reflective"],
+        "cycles": 2,
+        "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        "out_dir": str(tmp_path / "runs"),
+    }
     data.update(over)
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -84,7 +94,7 @@ def write_config(tmp_path: Path, **over) -> Path:
 
 
 def run(tmp_path, fake, **over):
-    from optimize.evolve import run_evolve
+    from memloop.optimize.evolve import run_evolve
 
     config = load_config(write_config(tmp_path, **over), EvolveConfig)
     client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "c.sqlite")
@@ -93,7 +103,7 @@ def run(tmp_path, fake, **over):
 
 
 def mlflow_client(config):
-    from optimize import tracking
+    from memloop.optimize import tracking
 
     return tracking.client(config.tracking_uri)
 
@@ -145,8 +155,10 @@ def test_a_finished_run_extended_with_more_cycles_evolves_its_last_prompt(tmp_pa
     assert json.loads((longer.run_dir / "cycle_02" / "prompts.json").read_text()) == step["prompts"]
     mlc = mlflow_client(config)
     assert [m.step for m in mlc.get_metric_history(longer.run_id, "overall")] == [0, 1, 2]
-    assert {a.path for a in mlc.list_artifacts(longer.run_id, "evolve")} == \
-        {"evolve/cycle_00.json", "evolve/cycle_01.json"}
+    assert {a.path for a in mlc.list_artifacts(longer.run_id, "evolve")} == {
+        "evolve/cycle_00.json",
+        "evolve/cycle_01.json",
+    }
 
 
 def test_no_evolution_keeps_prompt_and_calls_no_evolver(tmp_path):
@@ -160,10 +172,14 @@ def test_no_evolution_keeps_prompt_and_calls_no_evolver(tmp_path):
 
 
 def test_conditions_grid_and_yaml_errors(tmp_path):
-    config = load_config(write_config(tmp_path, feedback_modes=["none", "complete"],
-                                      evolvers=["reflective", "none"]), EvolveConfig)
+    config = load_config(
+        write_config(
+            tmp_path, feedback_modes=["none", "complete"], evolvers=["reflective", "none"]
+        ),
+        EvolveConfig,
+    )
     assert config.conditions() == [("none", "none"), ("complete", "reflective")]
-    from experiments.cli import main
+    from memloop.experiments.cli import main
 
     bad = write_config(tmp_path, cycles="many")
     assert main(["evolve", str(bad)]) == 2
@@ -174,7 +190,7 @@ def test_conditions_grid_and_yaml_errors(tmp_path):
 
 
 def test_evolve_yaml_error_is_one_line(tmp_path, capsys):
-    from experiments.cli import main
+    from memloop.experiments.cli import main
 
     path = write_config(tmp_path, evolvers=["magic"])
     assert main(["evolve", str(path)]) == 2
@@ -183,34 +199,68 @@ def test_evolve_yaml_error_is_one_line(tmp_path, capsys):
 
 
 def test_shipped_experiment_files_parse():
-    root = Path(__file__).resolve().parent.parent / "experiments"
+    root = Path(__file__).resolve().parent.parent / "memloop" / "experiments"
     for path in sorted((root / "evolve").glob("*.yaml")):
         load_config(path, EvolveConfig)
     load_config(root / "tune" / "awe.yaml", TuneConfig)
 
 
 def test_compare_table_and_prompt_diff(tmp_path, capsys):
-    from experiments.cli import main
-    from optimize.compare import bootstrap_ci, compare
+    from memloop.experiments.cli import main
+    from memloop.optimize.compare import bootstrap_ci, compare
 
     with FakeOpenAIServer(reply=fake_reply) as fake:
-        config, outcomes = run(tmp_path, fake, feedback_modes=["none", "complete"],
-                               environment={"procedural": {"users": 4, "periods": 2,
-                                                           "questions": 2, "seed": 1},
-                                            "train_users": 2, "heldout_users": 2})
+        config, outcomes = run(
+            tmp_path,
+            fake,
+            feedback_modes=["none", "complete"],
+            environment={
+                "procedural": {"users": 4, "periods": 2, "questions": 2, "seed": 1},
+                "train_users": 2,
+                "heldout_users": 2,
+            },
+        )
     result = compare(config.tracking_uri, "unit")
-    assert [(r.feedback_mode, r.evolver) for r in result["rows"]] == \
-        [("none", "none"), ("complete", "reflective")]
+    assert [(r.feedback_mode, r.evolver) for r in result["rows"]] == [
+        ("none", "none"),
+        ("complete", "reflective"),
+    ]
     for r in result["rows"]:
         assert r.cycles == 2 and r.tokens > 0 and r.factual_recall is not None
     assert "feedback" in result["table"] and "complete" in result["table"]
-    assert main(["compare", "--experiment", "unit", "--tracking-uri", config.tracking_uri,
-                 "--run", outcomes[1].run_id, "--to", "last"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--experiment",
+                "unit",
+                "--tracking-uri",
+                config.tracking_uri,
+                "--run",
+                outcomes[1].run_id,
+                "--to",
+                "last",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "+Record every stated fact" in out and "-Remember what the user says." in out
     plot = tmp_path / "cmp.png"
-    assert main(["compare", "--experiment", "unit", "--tracking-uri", config.tracking_uri,
-                 "--plot", str(plot)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--experiment",
+                "unit",
+                "--tracking-uri",
+                config.tracking_uri,
+                "--plot",
+                str(plot),
+            ]
+        )
+        == 0
+    )
     from matplotlib.image import imread
 
     assert imread(plot).shape[:2] == (418, 1100)
@@ -221,18 +271,24 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
 
 
 def test_compare_counts_cycles_where_the_memory_score_is_undefined(tmp_path):
-    from optimize import tracking
-    from optimize.compare import compare, run_histories
+    from memloop.optimize import tracking
+    from memloop.optimize.compare import compare, run_histories
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlc = tracking.client(uri)
     exp = tracking.experiment_id(mlc, "gaps", uri)
-    rid, _ = tracking.open_run(mlc, exp, "k", "r", {"a": 1},
-                               tags={"memloop.feedback_mode": "complete",
-                                     "memloop.evolver": "reflective"})
+    rid, _ = tracking.open_run(
+        mlc,
+        exp,
+        "k",
+        "r",
+        {"a": 1},
+        tags={"memloop.feedback_mode": "complete", "memloop.evolver": "reflective"},
+    )
     for step, ms in ((0, None), (1, 0.4), (2, None)):
-        tracking.log_metrics(mlc, rid, {"overall": 0.5, "memory_score": ms,
-                                        "factual_recall": 0.25 * step}, step=step)
+        tracking.log_metrics(
+            mlc, rid, {"overall": 0.5, "memory_score": ms, "factual_recall": 0.25 * step}, step=step
+        )
     tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
     tracking.log_text(mlc, rid, '{"writer": "b"}', "prompts/cycle_02.json")
     result = compare(uri, "gaps", to="last")
@@ -248,11 +304,11 @@ KILL_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
 from tests.test_optimize_loop import builder
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.roles import RoleClients
-from optimize.config import EvolveConfig, load_config
-from optimize.evolve import run_evolve
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.roles import RoleClients
+from memloop.optimize.config import EvolveConfig, load_config
+from memloop.optimize.evolve import run_evolve
 import tests.test_optimize_loop as t
 import time
 orig = t.PromptedPolicy.respond
@@ -282,9 +338,12 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
     work.mkdir()
     path = write_config(work, cycles=3)
     with FakeOpenAIServer(reply=fake_reply) as fake:
-        script = KILL_SCRIPT.format(root=str(Path(__file__).resolve().parent.parent),
-                                    config=str(path), url=fake.base_url,
-                                    cache=str(work / "c.sqlite"))
+        script = KILL_SCRIPT.format(
+            root=str(Path(__file__).resolve().parent.parent),
+            config=str(path),
+            url=fake.base_url,
+            cache=str(work / "c.sqlite"),
+        )
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while not list((work / "runs").glob("*/cycle_01/episodes/*/period_00/record.json")):
@@ -304,16 +363,25 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
     assert total <= reference + 2
 
 
-@pytest.mark.parametrize("reply, expected, error", [
-    ("<instructions>\nKeep the user's current facts and update them when they change.\n</instructions>",
-     "Keep the user's current facts and update them when they change.", None),
-    ("Keep the facts the user states. A `[Current Time: ...]", "Old rule.", "cut off"),
-    ("Keep facts.", "Old rule.", "too short"),
-    ("  Keep the   facts the user states about themselves. ",
-     "Keep the facts the user states about themselves.", "identical"),
-])
+@pytest.mark.parametrize(
+    "reply, expected, error",
+    [
+        (
+            "<instructions>\nKeep the user's current facts and update them when they change.\n</instructions>",
+            "Keep the user's current facts and update them when they change.",
+            None,
+        ),
+        ("Keep the facts the user states. A `[Current Time: ...]", "Old rule.", "cut off"),
+        ("Keep facts.", "Old rule.", "too short"),
+        (
+            "  Keep the   facts the user states about themselves. ",
+            "Keep the facts the user states about themselves.",
+            "identical",
+        ),
+    ],
+)
 def test_reflective_rewrite_is_cleaned_or_rejected(reply, expected, error):
-    from optimize.evolvers import ReflectiveEvolver
+    from memloop.optimize.evolvers import ReflectiveEvolver
 
     def answer(body):
         return f"<changes>\n- c\n</changes>\n<new_instructions>\n{reply}\n</new_instructions>"
@@ -330,17 +398,20 @@ def test_reflective_rewrite_is_cleaned_or_rejected(reply, expected, error):
 
 
 def test_parse_reflection_reports_missing_or_unclosed_blocks():
-    from optimize.evolvers import parse_reflection
+    from memloop.optimize.evolvers import parse_reflection
 
-    text = "<changes>\n- a\n* b\n</changes>\n<new_instructions>\nNew text here.\n</new_instructions>"
+    text = (
+        "<changes>\n- a\n* b\n</changes>\n<new_instructions>\nNew text here.\n</new_instructions>"
+    )
     assert parse_reflection(text) == ("New text here.", ["a", "b"], None)
-    assert parse_reflection("<new_instructions>\nhalf of it")[2] == \
-        "rewrite cut off (no closing tag)"
+    assert (
+        parse_reflection("<new_instructions>\nhalf of it")[2] == "rewrite cut off (no closing tag)"
+    )
     assert "no <new_instructions> block" in parse_reflection("Sure! Here it is.")[2]
 
 
 def test_a_rejected_rewrite_falls_back_to_appended_rules():
-    from optimize.evolvers import ReflectiveEvolver
+    from memloop.optimize.evolvers import ReflectiveEvolver
 
     old = "- Keep the facts the user states about themselves."
     asked = []
@@ -348,45 +419,56 @@ def test_a_rejected_rewrite_falls_back_to_appended_rules():
     def answer(body):
         system = body["messages"][0]["content"]
         asked.append("rules" if "NEW rules" in system else "rewrite")
-        if asked[-1] == "rewrite":   # a verbatim copy
+        if asked[-1] == "rewrite":  # a verbatim copy
             return f"<changes>\n- none\n</changes>\n<new_instructions>\n{old}\n</new_instructions>"
         # no tags, one rule already present, one fragment, one run-on of four good ones
-        return ("- Record how often the user travels and update it when it changes.\n"
-                "- Keep the facts the user states about themselves.\n- half a ru\n"
-                "- Store the kind of home the user lives in.\n"
-                "- Note the user's current workload level.\n"
-                "- Note the user's preferred reading format.\n"
-                "- Note the user's usual commute.")
+        return (
+            "- Record how often the user travels and update it when it changes.\n"
+            "- Keep the facts the user states about themselves.\n- half a ru\n"
+            "- Store the kind of home the user lives in.\n"
+            "- Note the user's current workload level.\n"
+            "- Note the user's preferred reading format.\n"
+            "- Note the user's usual commute."
+        )
 
     with FakeOpenAIServer(reply=answer) as fake:
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
         step = ReflectiveEvolver(client).propose({"writer": old}, {"users": []}, cycle=0)
         assert asked == ["rewrite", "rules"]
-        assert step.prompts["writer"] == "\n".join([
-            old, "- Record how often the user travels and update it when it changes.",
-            "- Store the kind of home the user lives in.",
-            "- Note the user's current workload level."])
+        assert step.prompts["writer"] == "\n".join(
+            [
+                old,
+                "- Record how often the user travels and update it when it changes.",
+                "- Store the kind of home the user lives in.",
+                "- Note the user's current workload level.",
+            ]
+        )
         assert not step.errors
         assert "identical" in step.changes["writer"][0]
         assert step.changes["writer"][1:] == [
             "added: Record how often the user travels and update it when it changes.",
             "added: Store the kind of home the user lives in.",
-            "added: Note the user's current workload level."]
+            "added: Note the user's current workload level.",
+        ]
         asked.clear()
-        copy = ReflectiveEvolver(client, append_rules=False).propose({"writer": old}, {},
-                                                                     cycle=0)
+        copy = ReflectiveEvolver(client, append_rules=False).propose({"writer": old}, {}, cycle=0)
         assert asked == ["rewrite"] and copy.prompts["writer"] == old
         assert "identical" in copy.errors["writer"]
 
 
-@pytest.mark.parametrize("reply, error", [
-    ("Sure, happy to help!", "no <rules> block or bullet lines"),
-    ("<rules>\n- ok.\n- Keep the facts the user states about themselves.\n</rules>",
-     "no usable new rule"),
-    ("<rules>\n- Record the user's home city and update it when they move.", None),
-])
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        ("Sure, happy to help!", "no <rules> block or bullet lines"),
+        (
+            "<rules>\n- ok.\n- Keep the facts the user states about themselves.\n</rules>",
+            "no usable new rule",
+        ),
+        ("<rules>\n- Record the user's home city and update it when they move.", None),
+    ],
+)
 def test_parse_rules_keeps_only_new_whole_sentences(reply, error):
-    from optimize.evolvers import parse_rules
+    from memloop.optimize.evolvers import parse_rules
 
     rules, problem = parse_rules(reply, "- Keep the facts the user states about themselves.")
     if error:
@@ -396,8 +478,15 @@ def test_parse_rules_keeps_only_new_whole_sentences(reply, error):
     assert rules == ([] if error else ["Record the user's home city and update it when they move."])
 
 
-@pytest.mark.parametrize("values, expected", [([], (-1.08, 1.08)), ([-1.0, -1.0], (-1.08, 1.08)),
-                                              ([-3.0, 0.5], (-3.08, 1.08)), ([1.5], (-1.08, 1.58))])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ([], (-1.08, 1.08)),
+        ([-1.0, -1.0], (-1.08, 1.08)),
+        ([-3.0, 0.5], (-3.08, 1.08)),
+        ([1.5], (-1.08, 1.58)),
+    ],
+)
 def test_memory_score_axis_keeps_the_reference_levels_in_view(values, expected):
     """A flat line at -1 must not be magnified into a band of +-0.04 (matplotlib's autoscale)."""
     import matplotlib
@@ -405,7 +494,7 @@ def test_memory_score_axis_keeps_the_reference_levels_in_view(values, expected):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from feedback.report import style_memory_score_axis
+    from memloop.feedback.report import style_memory_score_axis
 
     fig, ax = plt.subplots()
     style_memory_score_axis(ax, values)
@@ -415,35 +504,48 @@ def test_memory_score_axis_keeps_the_reference_levels_in_view(values, expected):
 
 
 def test_revealed_values_are_collected_at_any_depth_in_complete_and_diagnostic_summaries():
-    from optimize.evolvers import revealed_values
+    from memloop.optimize.evolvers import revealed_values
 
-    summary = {"users": [
-        {"question_answer_history": [{"state_query": {"home_type": {"believed": "flat",
-                                                                      "actual": "shared_house"}}}],
-         "user_information_updates": {"trip_frequency": "monthly_trips", "pets": None}},
-        {"question_answer_history": [], "user_information_updates": {"city": "Lyon"}}]}
+    summary = {
+        "users": [
+            {
+                "question_answer_history": [
+                    {"state_query": {"home_type": {"believed": "flat", "actual": "shared_house"}}}
+                ],
+                "user_information_updates": {"trip_frequency": "monthly_trips", "pets": None},
+            },
+            {"question_answer_history": [], "user_information_updates": {"city": "Lyon"}},
+        ]
+    }
     assert revealed_values(summary) == {"shared_house", "monthly_trips", "Lyon"}
     assert revealed_values({"question_answer_history": [{"question": "Q?"}]}) == set()
 
 
 def test_rules_and_rewrites_naming_a_users_values_are_rejected():
     """A prompt shared by every user must not carry one user's facts (e.g. `shared_house`)."""
-    from optimize.evolvers import ReflectiveEvolver, leaked_values, parse_rules
+    from memloop.optimize.evolvers import ReflectiveEvolver, leaked_values, parse_rules
 
     old = "- Keep the facts the user states about themselves, e.g. whether they live alone."
     values = {"shared_house", "monthly_trips", "no", "alone"}
-    assert leaked_values("Record that the user lives in a Shared-House.", old, values) == \
-        ["shared_house"]
+    assert leaked_values("Record that the user lives in a Shared-House.", old, values) == [
+        "shared_house"
+    ]
     # too short to tell apart ("no"), or already in the instructions ("alone"): not a leak
     assert leaked_values("Say no to guesses; note who lives alone.", old, values) == []
     assert leaked_values("Record the kind of home the user lives in.", old, values) == []
     rules, problem = parse_rules(
         "<rules>\n- Record that the user takes monthly trips.\n"
-        "- Record how often the user travels.\n</rules>", old, banned=values)
+        "- Record how often the user travels.\n</rules>",
+        old,
+        banned=values,
+    )
     assert (rules, problem) == (["Record how often the user travels."], None)
-    rules, problem = parse_rules("<rules>\n- Note the user's shared house.\n</rules>", old,
-                                 banned=values)
-    assert rules == [] and problem == "no usable new rule in the reply (1 named a user's own values)"
+    rules, problem = parse_rules(
+        "<rules>\n- Note the user's shared house.\n</rules>", old, banned=values
+    )
+    assert (
+        rules == [] and problem == "no usable new rule in the reply (1 named a user's own values)"
+    )
 
     summary = {"users": [{"user_information_updates": {"home_type": "shared_house"}}]}
     leaky = old + "\n- The user lives in a shared house; keep that."

@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cli import main
+from memloop.experiments.cli import main
 
 pytestmark = pytest.mark.real_model
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {"procedural": {"users": 1, "periods": 1, "questions": 1, "seed": 3},
-       "train_users": 1, "heldout_users": 0}
+ENV = {
+    "procedural": {"users": 1, "periods": 1, "questions": 1, "seed": 3},
+    "train_users": 1,
+    "heldout_users": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +27,9 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("optreal")
     endpoint = root / "endpoint.yaml"
     # same model and slots as the session's local_client: one shared embedded server
-    endpoint.write_text("model: local-0.5b\nbase_url: local\nmax_concurrency: 2\n"
-                        "timeout_s: 300\nmax_tokens: 384\n")
+    endpoint.write_text(
+        "model: local-0.5b\nbase_url: local\nmax_concurrency: 2\ntimeout_s: 300\nmax_tokens: 384\n"
+    )
     return root, endpoint
 
 
@@ -37,11 +41,16 @@ def endpoints(endpoint: Path) -> dict[str, str]:
 def evolved(workspace, local_client):
     root, endpoint = workspace
     config = {
-        "experiment": "real-evolve", "environment": ENV,
-        "policy": str(ROOT / "experiments/policies/awi.yaml"),
-        "feedback_modes": ["none", "complete"], "evolvers": ["reflective"],
-        "cycles": 2, "rounds": {"init": 1, "update": 1}, "endpoints": endpoints(endpoint),
-        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db", "out_dir": str(root / "runs"),
+        "experiment": "real-evolve",
+        "environment": ENV,
+        "policy": str(ROOT / "memloop/experiments/policies/awi.yaml"),
+        "feedback_modes": ["none", "complete"],
+        "evolvers": ["reflective"],
+        "cycles": 2,
+        "rounds": {"init": 1, "update": 1},
+        "endpoints": endpoints(endpoint),
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "out_dir": str(root / "runs"),
         "parallel_users": 1,
     }
     path = root / "evolve.yaml"
@@ -51,12 +60,14 @@ def evolved(workspace, local_client):
 
 
 def test_two_cycles_of_each_evolver_logged(evolved):
-    from optimize import tracking
+    from memloop.optimize import tracking
 
     mlc = tracking.client(evolved["tracking_uri"])
     exp = mlc.get_experiment_by_name("real-evolve")
-    runs = {(r.data.tags["memloop.feedback_mode"], r.data.tags["memloop.evolver"]): r
-            for r in mlc.search_runs([exp.experiment_id])}
+    runs = {
+        (r.data.tags["memloop.feedback_mode"], r.data.tags["memloop.evolver"]): r
+        for r in mlc.search_runs([exp.experiment_id])
+    }
     assert set(runs) == {("none", "none"), ("complete", "reflective")}
     for (mode, evolver), run in runs.items():
         rid = run.info.run_id
@@ -76,7 +87,7 @@ def test_two_cycles_of_each_evolver_logged(evolved):
         assert run.data.params["data.procedural.seed"] == "3"
     # the reflective run's second prompt came from the evolver
     rid = runs[("complete", "reflective")].info.run_id
-    from optimize.compare import _download_text
+    from memloop.optimize.compare import _download_text
 
     p0 = json.loads(_download_text(mlc, rid, "prompts/cycle_00.json"))
     p1 = json.loads(_download_text(mlc, rid, "prompts/cycle_01.json"))
@@ -86,8 +97,20 @@ def test_two_cycles_of_each_evolver_logged(evolved):
 
 
 def test_compare_table_from_real_runs(evolved, capsys):
-    assert main(["compare", "--experiment", "real-evolve", "--tracking-uri",
-                 evolved["tracking_uri"], "--to", "last"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--experiment",
+                "real-evolve",
+                "--tracking-uri",
+                evolved["tracking_uri"],
+                "--to",
+                "last",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for word in ("none", "reflective", "first", "last", "best"):
         assert word in out
@@ -96,15 +119,20 @@ def test_compare_table_from_real_runs(evolved, capsys):
 
 @pytest.mark.slow
 def test_gepa_two_cycles(workspace, local_client):
-    from optimize import tracking
+    from memloop.optimize import tracking
 
     root, endpoint = workspace
     config = {
-        "experiment": "real-gepa", "environment": ENV,
-        "policy": str(ROOT / "experiments/policies/awi.yaml"),
-        "feedback_modes": ["complete"], "evolvers": ["gepa"], "cycles": 2,
-        "rounds": {"init": 1, "update": 1}, "endpoints": endpoints(endpoint),
-        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db", "out_dir": str(root / "runs"),
+        "experiment": "real-gepa",
+        "environment": ENV,
+        "policy": str(ROOT / "memloop/experiments/policies/awi.yaml"),
+        "feedback_modes": ["complete"],
+        "evolvers": ["gepa"],
+        "cycles": 2,
+        "rounds": {"init": 1, "update": 1},
+        "endpoints": endpoints(endpoint),
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "out_dir": str(root / "runs"),
         "parallel_users": 1,
     }
     path = root / "gepa.yaml"
@@ -122,13 +150,21 @@ def test_tune_three_trials_then_six(workspace, local_client, capsys):
     import optuna
 
     root, endpoint = workspace
-    config = {"study": "tiny-awe", "environment": ENV,
-              "policy": str(ROOT / "experiments/policies/awe.yaml"), "trials": 3,
-              "update_freq": [2, 4], "short_term_len": [0, 4], "top_k": [5, 30],
-              "rounds": {"init": 1, "update": 1}, "endpoints": endpoints(endpoint),
-              "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
-              "storage": f"sqlite:///{root}/mlruns/optuna.db", "out_dir": str(root / "tune"),
-              "parallel_users": 1}
+    config = {
+        "study": "tiny-awe",
+        "environment": ENV,
+        "policy": str(ROOT / "memloop/experiments/policies/awe.yaml"),
+        "trials": 3,
+        "update_freq": [2, 4],
+        "short_term_len": [0, 4],
+        "top_k": [5, 30],
+        "rounds": {"init": 1, "update": 1},
+        "endpoints": endpoints(endpoint),
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "storage": f"sqlite:///{root}/mlruns/optuna.db",
+        "out_dir": str(root / "tune"),
+        "parallel_users": 1,
+    }
     path = root / "tune.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["tune", str(path), "--no-progress"]) == 0
@@ -141,12 +177,15 @@ def test_tune_three_trials_then_six(workspace, local_client, capsys):
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     out = capsys.readouterr().out
     assert "6 finished trials, 3 added now" in out
-    from optimize import tracking
+    from memloop.optimize import tracking
 
     mlc = tracking.client(config["tracking_uri"])
     exp = mlc.get_experiment_by_name("tune")
-    children = [r for r in mlc.search_runs([exp.experiment_id])
-                if r.data.tags.get("memloop.kind") == "tune-trial"]
+    children = [
+        r
+        for r in mlc.search_runs([exp.experiment_id])
+        if r.data.tags.get("memloop.kind") == "tune-trial"
+    ]
     assert len({r.data.tags.get("mlflow.parentRunId") for r in children}) == 1
     assert all("memory_score" in r.data.metrics for r in children)
 
@@ -154,14 +193,50 @@ def test_tune_three_trials_then_six(workspace, local_client, capsys):
 def test_eval_cli_with_awi_on_embedded_model(workspace, local_client, capsys):
     root, endpoint = workspace
     env = root / "env.json"
-    assert main(["env", "procedural", "--users", "1", "--periods", "1", "--questions", "2",
-                 "--seed", "4", "--out", str(env)]) == 0
-    args = ["eval", "--env", str(env), "--policy", str(ROOT / "experiments/policies/awi.yaml"),
-            "--out", str(root / "eval"), "--endpoint", str(endpoint), "--rounds-update", "1"]
+    assert (
+        main(
+            [
+                "env",
+                "procedural",
+                "--users",
+                "1",
+                "--periods",
+                "1",
+                "--questions",
+                "2",
+                "--seed",
+                "4",
+                "--out",
+                str(env),
+            ]
+        )
+        == 0
+    )
+    args = [
+        "eval",
+        "--env",
+        str(env),
+        "--policy",
+        str(ROOT / "memloop/experiments/policies/awi.yaml"),
+        "--out",
+        str(root / "eval"),
+        "--endpoint",
+        str(endpoint),
+        "--rounds-update",
+        "1",
+    ]
     assert main(args) == 0
     m = json.loads((root / "eval" / "metrics.json").read_text())
-    for key in ("overall", "random", "upper_bound", "memory_score", "per_period", "diagnosis",
-                "factual_recall", "usage"):
+    for key in (
+        "overall",
+        "random",
+        "upper_bound",
+        "memory_score",
+        "per_period",
+        "diagnosis",
+        "factual_recall",
+        "usage",
+    ):
         assert key in m
     d = m["diagnosis"]
     assert d["write"] + d["read"] + d["utilization"] == pytest.approx(1 - m["overall"])

@@ -7,20 +7,28 @@ from pathlib import Path
 
 import pytest
 
-from llm.errors import UserError
-from policies import (
-    AWEConfig, AWIConfig, NativeConfig, RAGConfig, load_policy_config, parse_policy_config,
+from memloop.core.errors import UserError
+from memloop.policies import (
+    AWEConfig,
+    AWIConfig,
+    NativeConfig,
+    RAGConfig,
+    load_policy_config,
+    parse_policy_config,
 )
 
-SHIPPED = Path(__file__).resolve().parent.parent / "experiments" / "policies"
+SHIPPED = Path(__file__).resolve().parent.parent / "memloop" / "experiments" / "policies"
 
 
-@pytest.mark.parametrize("name, cls, display", [
-    ("native", NativeConfig, "native"),
-    ("awi", AWIConfig, "awi-2-4"),
-    ("awe", AWEConfig, "awe-2-4-30"),
-    ("rag", RAGConfig, "rag-2-4-30"),
-])
+@pytest.mark.parametrize(
+    "name, cls, display",
+    [
+        ("native", NativeConfig, "native"),
+        ("awi", AWIConfig, "awi-2-4"),
+        ("awe", AWEConfig, "awe-2-4-30"),
+        ("rag", RAGConfig, "rag-2-4-30"),
+    ],
+)
 def test_shipped_policy_files_load(name, cls, display):
     config = load_policy_config(SHIPPED / f"{name}.yaml")
     assert type(config) is cls
@@ -54,14 +62,17 @@ def test_key_of_another_policy_type_is_unknown(tmp_path):
         load_policy_config(path)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("update_freq: 2\n", "missing key 'type'"),
-    ("type: memgpt\n", "unknown policy type 'memgpt'"),
-    ("type: awi\nupdate_freq: 0\n", "key 'update_freq'"),
-    ("type: awe\ntop_k: many\n", "key 'top_k'"),
-    ("- type: awe\n", "expected a mapping"),
-    ("type: [awe\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("update_freq: 2\n", "missing key 'type'"),
+        ("type: memgpt\n", "unknown policy type 'memgpt'"),
+        ("type: awi\nupdate_freq: 0\n", "key 'update_freq'"),
+        ("type: awe\ntop_k: many\n", "key 'top_k'"),
+        ("- type: awe\n", "expected a mapping"),
+        ("type: [awe\n", "not valid YAML"),
+    ],
+)
 def test_bad_policy_files_fail_in_one_line(tmp_path, text, expected):
     path = _write(tmp_path, text)
     with pytest.raises(UserError) as err:
@@ -83,7 +94,7 @@ def test_inline_block_reports_its_location():
 
 
 def test_unknown_embedding_folder_is_a_user_error(tmp_path):
-    from policies.embedder import resolve_embedding_model
+    from memloop.policies.embedder import resolve_embedding_model
 
     with pytest.raises(UserError, match="not a local sentence-transformers folder"):
         resolve_embedding_model(str(tmp_path / "no-model"))

@@ -8,13 +8,13 @@ import json
 import re
 
 import pytest
-
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.errors import UserError
-from llm.fake_server import FakeOpenAIServer
-from policies import AWEConfig, RAGConfig, build_policy
 from fake_llm import ScriptedMemoryLLM, conversation_of
+
+from memloop.core.errors import UserError
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.policies import AWEConfig, RAGConfig, build_policy
 
 
 def facts_of(text: str, body) -> list[str]:
@@ -33,14 +33,16 @@ def actions_of(text: str, body) -> list[dict]:
     prompt = conversation_of(body)
     existing = dict(re.findall(r"'id': '(\d+)', 'text': '([^']*)'", prompt))
     facts_part = prompt.split("new retrieved facts", 1)[1]
-    new = json.loads(re.search(r"```\n\s*(\[.*?\])\n\s*```", facts_part, re.S).group(1)
-                     .replace("'", '"'))
+    new = json.loads(
+        re.search(r"```\n\s*(\[.*?\])\n\s*```", facts_part, re.S).group(1).replace("'", '"')
+    )
     actions = []
     for fact in new:
         old = next((i for i, t in existing.items() if t.startswith("Lives in")), None)
         if fact.startswith("Lives in") and old is not None:
-            actions.append({"id": old, "text": fact, "event": "UPDATE",
-                            "old_memory": existing[old]})
+            actions.append(
+                {"id": old, "text": fact, "event": "UPDATE", "old_memory": existing[old]}
+            )
         elif fact in existing.values():
             continue
         else:
@@ -74,11 +76,13 @@ def test_awe_updates_a_changed_fact_through_our_client(fake, client, tmp_path):
     extraction = fake.script.requests("facts")[0]
     assert extraction["messages"][0]["content"] == policy.prompts()["fact_extraction"]
     update = fake.script.requests("actions")[-1]
-    id_schema = (update["response_format"]["json_schema"]["schema"]["properties"]["memory"]
-                 ["items"]["properties"]["id"])
+    id_schema = update["response_format"]["json_schema"]["schema"]["properties"]["memory"]["items"][
+        "properties"
+    ]["id"]
     assert id_schema["enum"] == ["0", "1", "new"]
     assert client.usage.component("memory").calls == len(fake.script.requests("facts")) + len(
-        fake.script.requests("actions"))
+        fake.script.requests("actions")
+    )
     answer = policy.answer("Which city do I live in?")
     assert "[2024-04-03 20:15:00] Lives in Oslo" in answer.retrieved_memories
     assert not any("Lisbon" in m for m in answer.retrieved_memories)
@@ -87,13 +91,19 @@ def test_awe_updates_a_changed_fact_through_our_client(fake, client, tmp_path):
 
 def test_awe_with_prompts_reaches_mem0(fake, client, tmp_path):
     policy = build_policy(AWEConfig(update_freq=2, short_term_len=0), client, tmp_path)
-    evolved = policy.with_prompts({"fact_extraction": "Note the user's hobbies as JSON facts.",
-                                   "memory_update": "Prefer UPDATE over ADD."})
+    evolved = policy.with_prompts(
+        {
+            "fact_extraction": "Note the user's hobbies as JSON facts.",
+            "memory_update": "Prefer UPDATE over ADD.",
+        }
+    )
     evolved.ingest("I play the cello.", "Lovely.")
     assert fake.script.requests("facts")[-1]["messages"][0]["content"] == (
-        "Note the user's hobbies as JSON facts.")
+        "Note the user's hobbies as JSON facts."
+    )
     assert fake.script.requests("actions")[-1]["messages"][0]["content"].startswith(
-        "Prefer UPDATE over ADD.")
+        "Prefer UPDATE over ADD."
+    )
     assert policy.prompts()["fact_extraction"] != evolved.prompts()["fact_extraction"]
     assert policy.memory_texts() == []
     for p in (policy, evolved):
@@ -104,8 +114,9 @@ def test_endpoint_failure_in_reconciliation_is_not_swallowed(tmp_path):
     script = ScriptedMemoryLLM(facts=facts_of, actions=actions_of)
     # The extraction call succeeds; mem0 would swallow the failure of the reconciliation call.
     with FakeOpenAIServer(reply=script, failures=[200, 400]) as server:
-        client = ChatClient(Endpoint(model="m", base_url=server.base_url, max_retries=0),
-                            cache=None)
+        client = ChatClient(
+            Endpoint(model="m", base_url=server.base_url, max_retries=0), cache=None
+        )
         policy = build_policy(AWEConfig(update_freq=2, short_term_len=0), client, tmp_path)
         with pytest.raises(UserError, match="HTTP 400"):
             policy.ingest("I live in Lisbon", "Nice.")
@@ -114,8 +125,13 @@ def test_endpoint_failure_in_reconciliation_is_not_swallowed(tmp_path):
 
 def test_rag_stores_raw_messages_and_retrieves_a_planted_fact(fake, client, tmp_path):
     policy = build_policy(RAGConfig(update_freq=2, short_term_len=2, top_k=2), client, tmp_path)
-    chatter = ["What a lovely day.", "I live in Lisbon, near the river.", "Any good films?",
-               "I like jazz music.", "How do I cook rice?"]
+    chatter = [
+        "What a lovely day.",
+        "I live in Lisbon, near the river.",
+        "Any good films?",
+        "I like jazz music.",
+        "How do I cook rice?",
+    ]
     for text in chatter:
         policy.respond(text)
     assert client.usage.component("memory").calls == 0  # RAG writes without any LLM
@@ -133,18 +149,22 @@ def test_rag_stores_raw_messages_and_retrieves_a_planted_fact(fake, client, tmp_
 
 def test_rag_checkpoint_round_trip(fake, client, tmp_path):
     policy = build_policy(RAGConfig(update_freq=2, short_term_len=2, top_k=3), client, tmp_path)
-    for text in ("[Current Time: 2024-01-01 09:00:00]\nI live in Lisbon.", "I play the cello.",
-                 "Tell me a joke."):
+    for text in (
+        "[Current Time: 2024-01-01 09:00:00]\nI live in Lisbon.",
+        "I play the cello.",
+        "Tell me a joke.",
+    ):
         policy.respond(text)
     policy.save(tmp_path / "ckpt")
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["memories.json",
-                                                                     "policy.json"]
-    restored = build_policy(RAGConfig(update_freq=2, short_term_len=2, top_k=3), client,
-                            tmp_path).load(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["memories.json", "policy.json"]
+    restored = build_policy(
+        RAGConfig(update_freq=2, short_term_len=2, top_k=3), client, tmp_path
+    ).load(tmp_path / "ckpt")
     assert restored.memory_view() == policy.memory_view()
     question = "What instrument do I play?"
-    assert restored.answer(question).retrieved_memories == policy.answer(
-        question).retrieved_memories
+    assert (
+        restored.answer(question).retrieved_memories == policy.answer(question).retrieved_memories
+    )
     for p in (policy, restored):
         p.close()
 
@@ -152,7 +172,8 @@ def test_rag_checkpoint_round_trip(fake, client, tmp_path):
 def test_awe_checkpoint_keeps_memories_and_prompts(fake, client, tmp_path):
     config = AWEConfig(update_freq=2, short_term_len=2)
     policy = build_policy(config, client, tmp_path).with_prompts(
-        {"memory_update": "Prefer UPDATE."})
+        {"memory_update": "Prefer UPDATE."}
+    )
     for text in ("I live in Lisbon.", "I play the cello.", "ok"):
         policy.respond(text)
     policy.save(tmp_path / "ckpt")

@@ -8,18 +8,18 @@ import json
 import re
 
 import pytest
+from fake_llm import ScriptedMemoryLLM, conversation_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.client import ChatClient
-from llm.endpoint import Endpoint
-from llm.errors import UserError
-from llm.fake_server import FakeOpenAIServer
-from policies import AWIConfig, NativeConfig, build_policy
-from policies.awi import apply_edits, normalize_label
-from policies.base import MessageBuffer, estimate_messages_tokens, estimate_tokens
-from fake_llm import ScriptedMemoryLLM, conversation_of
-from policies.native import _ranges
+from memloop.core.errors import UserError
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.policies import AWIConfig, NativeConfig, build_policy
+from memloop.policies.awi import apply_edits, normalize_label
+from memloop.policies.base import MessageBuffer, estimate_messages_tokens, estimate_tokens
+from memloop.policies.native import _ranges
 
 
 def _excerpt(text: str) -> str:
@@ -51,15 +51,16 @@ def fake():
 
 
 def _client(server, tmp_path, **endpoint) -> ChatClient:
-    return ChatClient(Endpoint(model="m", base_url=server.base_url, **endpoint),
-                      cache=tmp_path / "c.sqlite")
+    return ChatClient(
+        Endpoint(model="m", base_url=server.base_url, **endpoint), cache=tmp_path / "c.sqlite"
+    )
 
 
 # -- the message buffer -------------------------------------------------------------------------
 
+
 @settings(max_examples=60, deadline=None)
-@given(update_freq=st.integers(1, 6), short_term_len=st.integers(0, 8),
-       n_turns=st.integers(0, 25))
+@given(update_freq=st.integers(1, 6), short_term_len=st.integers(0, 8), n_turns=st.integers(0, 25))
 def test_buffer_writes_every_message_once_in_order(update_freq, short_term_len, n_turns):
     buffer = MessageBuffer(update_freq, short_term_len)
     written = []
@@ -88,15 +89,20 @@ def test_paper_schedule_first_write_after_three_turns(fake, tmp_path):
     assert len(policy.buffer.messages) == 4
 
 
-@pytest.mark.parametrize("update_freq, short_term_len, expected", [
-    (1, 0, [2, 4, 6, 8]),   # every message on its own, nothing kept raw
-    (4, 0, [0, 1, 1, 2]),   # two turns per write
-    (3, 4, [0, 0, 0, 1]),   # 7 messages must wait: the 4th turn triggers the first write
-])
-def test_write_schedule_follows_hyperparameters(fake, tmp_path, update_freq, short_term_len,
-                                                expected):
-    policy = build_policy(AWIConfig(update_freq=update_freq, short_term_len=short_term_len),
-                          _client(fake, tmp_path))
+@pytest.mark.parametrize(
+    "update_freq, short_term_len, expected",
+    [
+        (1, 0, [2, 4, 6, 8]),  # every message on its own, nothing kept raw
+        (4, 0, [0, 1, 1, 2]),  # two turns per write
+        (3, 4, [0, 0, 0, 1]),  # 7 messages must wait: the 4th turn triggers the first write
+    ],
+)
+def test_write_schedule_follows_hyperparameters(
+    fake, tmp_path, update_freq, short_term_len, expected
+):
+    policy = build_policy(
+        AWIConfig(update_freq=update_freq, short_term_len=short_term_len), _client(fake, tmp_path)
+    )
     seen = []
     for turn in range(4):
         policy.ingest(f"u{turn}", f"a{turn}")
@@ -106,16 +112,28 @@ def test_write_schedule_follows_hyperparameters(fake, tmp_path, update_freq, sho
 
 # -- AWI merging --------------------------------------------------------------------------------
 
+
 def test_apply_edits_sets_overwrites_deletes_and_ignores():
     facts: dict = {}
-    apply_edits(facts, [{"label": "Home City", "value": "Lisbon"},
-                        {"label": "pet", "value": "a cat"}], step=1, time="t1")
+    apply_edits(
+        facts,
+        [{"label": "Home City", "value": "Lisbon"}, {"label": "pet", "value": "a cat"}],
+        step=1,
+        time="t1",
+    )
     assert facts["home_city"] == {"value": "Lisbon", "step": 1, "time": "t1"}
-    counts = apply_edits(facts, [{"label": "home-city", "value": "Oslo"},
-                                 {"label": "pet", "value": None},
-                                 {"label": "ghost", "value": None},
-                                 {"label": "  ", "value": "x"},
-                                 {"label": "mood", "value": "  "}], step=2, time="t2")
+    counts = apply_edits(
+        facts,
+        [
+            {"label": "home-city", "value": "Oslo"},
+            {"label": "pet", "value": None},
+            {"label": "ghost", "value": None},
+            {"label": "  ", "value": "x"},
+            {"label": "mood", "value": "  "},
+        ],
+        step=2,
+        time="t2",
+    )
     assert facts == {"home_city": {"value": "Oslo", "step": 2, "time": "t2"}}
     assert counts == {"set": 1, "deleted": 1, "ignored": 3}
     apply_edits(facts, [{"label": "home_city", "value": " Oslo "}], step=3, time="t3")
@@ -132,8 +150,7 @@ def test_awi_overwrites_a_changed_fact_and_deletes_a_stale_one(fake, tmp_path):
     assert policy.facts["car"]["value"] == "a red Fiat"
     policy.respond("[Current Time: 2024-04-02 20:00:00]\nNews: I moved to Oslo, and I sold my car.")
     assert policy.memory_view() == "Memory (label: value):\nhome_city: Oslo"
-    assert policy.facts["home_city"] == {"value": "Oslo", "step": 3,
-                                         "time": "2024-04-02 20:00:00"}
+    assert policy.facts["home_city"] == {"value": "Oslo", "step": 3, "time": "2024-04-02 20:00:00"}
     # The memory is in the system prompt of the next reply and of probes.
     policy.respond("What should I pack?")
     system = fake.script.requests("chat")[-1]["messages"][0]["content"]
@@ -172,8 +189,7 @@ def test_with_prompts_rejects_unknown_names(fake, tmp_path):
 def test_unparseable_writer_answer_is_counted_not_fatal(tmp_path):
     script = ScriptedMemoryLLM(writer=lambda text, body: "this is not JSON")
     with FakeOpenAIServer(reply=script) as server:
-        policy = build_policy(AWIConfig(update_freq=2, short_term_len=0),
-                              _client(server, tmp_path))
+        policy = build_policy(AWIConfig(update_freq=2, short_term_len=0), _client(server, tmp_path))
         policy.respond("I live in Lisbon")
         policy.respond("hello again")
     assert policy.stats()["write_errors"] == 2 and policy.writes == 0
@@ -182,8 +198,9 @@ def test_unparseable_writer_answer_is_counted_not_fatal(tmp_path):
 
 def test_endpoint_failure_in_a_write_is_raised(tmp_path):
     with FakeOpenAIServer(reply=ScriptedMemoryLLM(), failures=[400]) as server:
-        policy = build_policy(AWIConfig(update_freq=2, short_term_len=0),
-                              _client(server, tmp_path, max_retries=0))
+        policy = build_policy(
+            AWIConfig(update_freq=2, short_term_len=0), _client(server, tmp_path, max_retries=0)
+        )
         with pytest.raises(UserError, match="HTTP 400"):
             policy.ingest("I live in Lisbon", "Nice!")
 
@@ -193,8 +210,12 @@ def test_probes_never_write(fake, tmp_path):
     for text in ("I live in Lisbon", "ok", "fine"):
         policy.respond(text)
     view, writes = policy.memory_view(), len(fake.script.requests("writer"))
-    schema = {"type": "object", "properties": {"answer": {"type": "integer"}},
-              "required": ["answer"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     for i in range(10):
         answer = policy.answer(f"Question {i}: where do I live?", schema=schema if i % 2 else None)
         if i % 2:
@@ -218,7 +239,8 @@ def test_awi_checkpoint_round_trip_without_secrets(fake, tmp_path, monkeypatch):
     program = json.loads(files["program.json"])
     assert program["writer"]["signature"]["instructions"] == "Record where the user lives."
     restored = build_policy(AWIConfig(update_freq=2, short_term_len=2), client).load(
-        tmp_path / "ckpt")
+        tmp_path / "ckpt"
+    )
     assert restored.memory_view() == policy.memory_view()
     assert restored.prompts() == policy.prompts()
     assert restored.sim_time == "2024-01-01 10:00:00" and restored.turns == 3
@@ -239,6 +261,7 @@ def test_load_rejects_another_policy_type(fake, tmp_path):
 
 # -- native -------------------------------------------------------------------------------------
 
+
 def test_token_estimate_is_conservative():
     assert estimate_tokens("a" * 30) == 10
     assert estimate_tokens("住在里斯本") == 5
@@ -257,7 +280,8 @@ def test_native_drops_oldest_turns_and_records_them(fake, tmp_path):
     assert [t["index"] for t in policy.kept] == list(range(len(dropped), 8))
     assert policy.memory_view().startswith(
         f"[{len(dropped)} earlier turns no longer fit the context window and were dropped: "
-        f"turns 0-{len(dropped) - 1}]")
+        f"turns 0-{len(dropped) - 1}]"
+    )
     for request in fake.script.requests("chat"):
         assert estimate_messages_tokens(request["messages"]) <= 700 - 100 - 64
     # A replay of the same turns drops the same turns.
@@ -293,8 +317,10 @@ def test_ranges():
 
 
 def test_reply_cap_applies_to_replies_and_free_text_probes_only(fake, tmp_path):
-    policy = build_policy(AWIConfig(update_freq=2, short_term_len=0, reply_max_tokens=7),
-                          _client(fake, tmp_path, max_tokens=300))
+    policy = build_policy(
+        AWIConfig(update_freq=2, short_term_len=0, reply_max_tokens=7),
+        _client(fake, tmp_path, max_tokens=300),
+    )
     policy.respond("I live in Lisbon")
     policy.answer("Where do I live?")
     policy.answer("Where do I live?", schema={"type": "object"})

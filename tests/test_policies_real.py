@@ -8,16 +8,27 @@ from __future__ import annotations
 
 import pytest
 
-from policies import AWEConfig, AWIConfig, NativeConfig, RAGConfig, build_policy, check_policy
+from memloop.policies import (
+    AWEConfig,
+    AWIConfig,
+    NativeConfig,
+    RAGConfig,
+    build_policy,
+    check_policy,
+)
 
 pytestmark = pytest.mark.real_model
 
-PERIOD_1 = ["[Current Time: 2024-01-06 19:40:00]\nHi! I just moved to Lisbon. I live in Lisbon "
-            "now and work as a nurse.",
-            "Can you suggest a weekend hobby?"]
-PERIOD_2 = ["[Current Time: 2024-04-03 20:15:00]\nBig change: I moved again. I live in Oslo now, "
-            "not Lisbon.",
-            "Can you suggest a winter hobby?"]
+PERIOD_1 = [
+    "[Current Time: 2024-01-06 19:40:00]\nHi! I just moved to Lisbon. I live in Lisbon "
+    "now and work as a nurse.",
+    "Can you suggest a weekend hobby?",
+]
+PERIOD_2 = [
+    "[Current Time: 2024-04-03 20:15:00]\nBig change: I moved again. I live in Oslo now, "
+    "not Lisbon.",
+    "Can you suggest a winter hobby?",
+]
 REPLY_TOKENS = 24
 # The same configurations and conversation as the check_policy runs below, so the scenario tests
 # reuse their cached calls: (2, 2) writes the oldest turn once two newer messages wait.
@@ -32,9 +43,13 @@ PROBE = "Which city do I live in?"
 def test_check_policy_on_the_embedded_model(local_client, tmp_path, config):
     # Two turns (one memory write), then ten probes (two distinct requests: with and without a
     # JSON schema), save/load, with_prompts, an ingest replay and a second identical run.
-    report = check_policy(lambda: build_policy(config, local_client, tmp_path / "work"),
-                          conversation=PERIOD_1, probes=(PROBE,), probe_rounds=10,
-                          workdir=tmp_path)
+    report = check_policy(
+        lambda: build_policy(config, local_client, tmp_path / "work"),
+        conversation=PERIOD_1,
+        probes=(PROBE,),
+        probe_rounds=10,
+        workdir=tmp_path,
+    )
     assert report.ok
 
 
@@ -42,18 +57,20 @@ def test_check_policy_on_the_embedded_model(local_client, tmp_path, config):
 def client_1_5b(session_root):
     """The default 1.5B model, for the AWI writer: the 0.5B model's memory writes are erratic
     (measured: on this script it skipped the first city or the change, depending on batching)."""
-    from llm.client import ChatClient
-    from llm.embedded_server import ServerSettings, shared_server
-    from llm.endpoint import Endpoint
-    from llm.errors import ModelFileError
-    from llm.model_files import ensure_model_file, resolve_packaged_model
+    from memloop.llm.client import ChatClient
+    from memloop.llm.embedded_server import ServerSettings, shared_server
+    from memloop.llm.endpoint import Endpoint
+    from memloop.llm.errors import ModelFileError
+    from memloop.llm.model_files import ensure_model_file, resolve_packaged_model
 
     try:
         ensure_model_file(resolve_packaged_model("local-1.5b"))
     except ModelFileError as exc:
         pytest.skip(f"the 1.5B model is not installed: {exc}")
-    client = ChatClient(Endpoint(model="local-1.5b", max_concurrency=1, timeout_s=300),
-                        cache=session_root / "real-model-cache.sqlite")
+    client = ChatClient(
+        Endpoint(model="local-1.5b", max_concurrency=1, timeout_s=300),
+        cache=session_root / "real-model-cache.sqlite",
+    )
     yield client
     client.close()
     # Free its memory and CPU for the rest of the session (a later user would restart it).
@@ -87,6 +104,8 @@ def test_awe_retrieves_a_planted_fact(local_client, tmp_path):
     view = policy.memory_view()
     answer = policy.answer(PROBE)
     assert any("lisbon" in m.lower() for m in answer.retrieved_memories), (
-        answer.retrieved_memories, view)
+        answer.retrieved_memories,
+        view,
+    )
     assert policy.memory_view() == view
     policy.close()

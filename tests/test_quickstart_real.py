@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cli import main
+from memloop.experiments.cli import main
 
 pytestmark = pytest.mark.real_model
 
@@ -24,20 +24,35 @@ def quickstart(tmp_path_factory, local_client):
     root = tmp_path_factory.mktemp("quickstart")
     endpoint = root / "endpoint.yaml"
     # same model and slots as the session's local_client: one shared embedded server
-    endpoint.write_text("model: local-0.5b\nbase_url: local\nmax_concurrency: 2\n"
-                        "timeout_s: 300\nmax_tokens: 384\n")
-    full = yaml.safe_load((ROOT / "experiments/quickstart.yaml").read_text())
-    config = {**full,
-              "experiment": "quickstart-test",
-              "environment": {"procedural": {"users": 2, "periods": 1, "questions": 1,
-                                             "seed": 5},
-                              "train_users": 1, "heldout_users": 1},
-              "cycles": 2}
+    endpoint.write_text(
+        "model: local-0.5b\nbase_url: local\nmax_concurrency: 2\ntimeout_s: 300\nmax_tokens: 384\n"
+    )
+    full = yaml.safe_load((ROOT / "memloop/experiments/quickstart.yaml").read_text())
+    config = {
+        **full,
+        "experiment": "quickstart-test",
+        "environment": {
+            "procedural": {"users": 2, "periods": 1, "questions": 1, "seed": 5},
+            "train_users": 1,
+            "heldout_users": 1,
+        },
+        "cycles": 2,
+    }
     path = root / "quickstart.yaml"
     path.write_text(yaml.safe_dump(config))
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
-    args = ["quickstart", "--config", str(path), "--endpoint", str(endpoint), "--out",
-            str(root / "out"), "--tracking-uri", uri, "--no-progress"]
+    args = [
+        "quickstart",
+        "--config",
+        str(path),
+        "--endpoint",
+        str(endpoint),
+        "--out",
+        str(root / "out"),
+        "--tracking-uri",
+        uri,
+        "--no-progress",
+    ]
     return root, uri, args
 
 
@@ -55,7 +70,7 @@ def first_run(quickstart) -> str:
 
 
 def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
-    from optimize import tracking
+    from memloop.optimize import tracking
 
     _, uri, _ = quickstart
     mlc = tracking.client(uri)
@@ -74,13 +89,14 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
         assert run.data.params["condition.feedback_mode"] == mode
     # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
     # prompt, the feedback modes logged the summary the evolver read
-    from optimize.compare import _download_text
+    from memloop.optimize.compare import _download_text
 
     for mode, run in runs.items():
         rid = run.info.run_id
         assert {a.path for a in mlc.list_artifacts(rid, "evolve")} == {"evolve/cycle_00.json"}
-        first, second = (json.loads(_download_text(mlc, rid, f"prompts/cycle_0{k}.json"))
-                         for k in (0, 1))
+        first, second = (
+            json.loads(_download_text(mlc, rid, f"prompts/cycle_0{k}.json")) for k in (0, 1)
+        )
         assert set(first) == set(second) == {"writer"}
         if mode == "none":
             assert first == second

@@ -1,0 +1,122 @@
+"""YAML + pydantic config loading with one rule for paths.
+
+The rule: a path written inside a YAML file is relative to the folder of that YAML file (an
+absolute path, or one starting with ``~``, is taken as it is). A path given on the command line is
+relative to the working directory, as every shell user expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from memloop.core.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _DatesAsText(yaml.SafeLoader):
+    """SafeLoader that leaves timestamps as strings."""
+
+
+_DatesAsText.yaml_implicit_resolvers = {
+    key: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML file; an empty file is ``{}``.
+
+    Unquoted dates stay strings (so an impossible date such as 2020-13-01 is reported by the
+    validation of the key that holds it, not as a parser crash).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the file ({exc})") from None
+    try:
+        data = yaml.load(text, Loader=_DatesAsText)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of keys to values at the top level")
+    return data
+
+
+def parse_model(cls: type[M], data: Any, where: str) -> M:
+    """Validate ``data`` into ``cls``; the first problem becomes one line naming the key."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(cls.model_fields)
+            raise UserError(f"{where}: unknown key '{key}' (allowed: {allowed})") from None
+        raise UserError(f"{where}: key '{key}': {err['msg']}") from None
+
+
+def resolve_relative(value: str, yaml_path: str | Path) -> str:
+    """A path named inside ``yaml_path``, resolved against that file's folder."""
+    candidate = Path(value).expanduser()
+    if candidate.is_absolute():
+        return str(candidate)
+    return str((Path(yaml_path).resolve().parent / candidate).resolve())
+
+
+def resolve_path_keys(
+    data: dict[str, Any], yaml_path: str | Path, path_keys: Iterable[str]
+) -> dict[str, Any]:
+    """Apply :func:`resolve_relative` to the string values at the dotted ``path_keys``.
+
+    Missing keys and non-string values (e.g. an inline mapping where a file may also be named)
+    are left alone; ``data`` is not mutated.
+    """
+    out = _copy_nested(data)
+    for dotted in path_keys:
+        parts = dotted.split(".")
+        node: Any = out
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            value = node.get(parts[-1])
+            if isinstance(value, str) and value:
+                node[parts[-1]] = resolve_relative(value, yaml_path)
+    return out
+
+
+def load_yaml_model(
+    cls: type[M],
+    path: str | Path,
+    *,
+    path_keys: Iterable[str] = (),
+    overrides: Mapping[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+) -> M:
+    """Read ``path`` (or take its already read ``data``), resolve ``path_keys`` by the one rule,
+    apply non-None ``overrides`` (command-line values, taken as given) and validate into ``cls``.
+    """
+    raw = load_yaml_mapping(path) if data is None else data
+    resolved = resolve_path_keys(raw, path, path_keys)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            resolved[key] = value
+    return parse_model(cls, resolved, str(path))
+
+
+def _copy_nested(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_nested(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_nested(v) for v in value]
+    return value

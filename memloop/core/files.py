@@ -1,0 +1,98 @@
+"""Atomic file writes, content hashes and file-system-safe names."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; on a clean exit fsync it and rename it over ``path``.
+
+    A crash or exception leaves either the old file or the new one, never half of one, and no
+    temporary file behind. ``mode`` is ``"w"`` (UTF-8 text, ``\\n`` line ends) or ``"wb"``.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        handle: IO[Any]
+        if mode == "wb":
+            handle = os.fdopen(fd, "wb")
+        else:
+            handle = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_writer`)."""
+    with atomic_writer(path) as handle:
+        handle.write(text)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`)."""
+    with atomic_writer(path, "wb") as handle:
+        handle.write(data)
+
+
+def atomic_write_json(
+    path: str | Path, value: Any, *, indent: int | None = 1, sort_keys: bool = False
+) -> None:
+    """Write ``value`` as UTF-8 JSON (non-ASCII kept, trailing newline) atomically."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=sort_keys)
+    atomic_write_text(path, text + "\n")
+
+
+def file_sha256(path: str | Path, chunk: int = 8 << 20) -> str:
+    """The hex sha256 of a file's bytes, read in chunks (large model files stay out of memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def json_sha256(value: Any) -> str:
+    """The hex sha256 of ``value`` as canonical JSON.
+
+    Canonical: sorted keys, no spaces, UTF-8 kept as it is; values JSON cannot hold go through
+    ``str``.
+    """
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def safe_name(text: str) -> str:
+    """A file or folder name for ``text`` that is distinct for distinct texts.
+
+    A text made only of letters, digits, ``.``, ``_`` and ``-`` (and not ``.`` or ``..``) is kept
+    as it is; any other text has its other characters replaced by ``_`` and a short hash of the
+    original appended, so ``alice/1`` and ``alice_1`` never share a folder and ``..`` never
+    escapes one.
+    """
+    if text and not _UNSAFE.search(text) and text not in (".", ".."):
+        return text
+    cleaned = _UNSAFE.sub("_", text).strip(".") or "_"
+    tag = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{cleaned[:80]}-{tag}"

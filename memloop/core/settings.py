@@ -1,0 +1,39 @@
+"""Process-wide offline defaults for third-party libraries, set before they are imported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """The user cache folder of memloop (model files, response cache).
+
+    ``$MEMLOOP_CACHE_DIR``, else ``$XDG_CACHE_HOME/memloop``, else ``~/.cache/memloop``.
+    """
+    explicit = os.environ.get("MEMLOOP_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memloop"
+
+
+def apply_offline_defaults() -> None:
+    """Keep litellm, mem0, MLflow, DSPy and Hugging Face from phoning home or writing to $HOME.
+
+    Only sets variables the user has not set; must run before those libraries are imported.
+    """
+    root = cache_root()
+    defaults = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "MEM0_TELEMETRY": "False",
+        "MEM0_DIR": str(root / "mem0"),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
+        "DSPY_CACHEDIR": str(root / "dspy"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)

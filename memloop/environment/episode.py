@@ -1,0 +1,314 @@
+"""The episode runner: drives a policy through every period of a user item, on-policy (with the
+user simulator) or off-policy (replaying a recorded conversation), with per-period checkpoints so
+a killed run resumes at its last finished period.
+
+Layout of a run folder, per user:
+    <out>/<user_id>/period_00/record.json   conversation, probe results, usage (written last)
+    <out>/<user_id>/period_00/policy/       the policy's state at the end of the period
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from memloop.core.files import atomic_write_json, safe_name
+from memloop.environment.data import UserItem
+from memloop.environment.policy import Policy
+from memloop.environment.simulator import UserSimulator, opening_message
+from memloop.llm.client import ChatClient
+from memloop.llm.usage import UsageTracker
+
+RECORD_VERSION = 1
+
+
+class SessionLog(BaseModel):
+    session_index: int
+    session_time: str
+    exposed_states: dict[str, str]
+    messages: list[dict[str, str]]
+    leaked_variables: list[str] = Field(default_factory=list)
+
+
+class PeriodRecord(BaseModel):
+    """Everything that happened to one user in one period; the unit of checkpointing."""
+
+    version: int = RECORD_VERSION
+    user_id: str
+    period: int
+    mode: str  # "on_policy" | "off_policy"
+    sessions: list[SessionLog]
+    probes: dict[str, Any] = Field(default_factory=dict)  # filled by the probe hook
+    usage: dict[str, dict[str, int]] = Field(default_factory=dict)  # this period only
+    seconds: float = 0.0
+
+
+# (item, period, policy, record) -> probe results stored in record.probes
+ProbeHook = Callable[[UserItem, int, Policy, PeriodRecord], dict[str, Any]]
+# (user_id, workdir, client) -> a fresh policy for that user
+PolicyFactory = Callable[[str, Path, ChatClient], Policy]
+
+
+@dataclass
+class EpisodeResult:
+    user_id: str
+    records: list[PeriodRecord]
+    resumed_from: int  # periods found finished on disk (0 = fresh start)
+    usage: dict[str, dict[str, int]] | None = None  # this run's calls (not the resumed ones)
+
+
+def period_dir(user_dir: Path, period: int) -> Path:
+    return user_dir / f"period_{period:02d}"
+
+
+def load_record(path: Path) -> PeriodRecord:
+    return PeriodRecord.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def finished_records(user_dir: Path, limit: int) -> list[PeriodRecord]:
+    """The contiguous run of finished periods from period 0 (record.json is written last)."""
+    records = []
+    for p in range(limit):
+        path = period_dir(user_dir, p) / "record.json"
+        if not path.is_file():
+            break
+        records.append(load_record(path))
+    return records
+
+
+def _usage_delta(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    delta = {}
+    for component, row in after.items():
+        base = before.get(component, {})
+        diff = {k: v - base.get(k, 0) for k, v in row.items()}
+        if any(diff.values()):
+            delta[component] = diff
+    return delta
+
+
+class EpisodeRunner:
+    """Runs one user's episode. `simulator` is needed on-policy; `replay` (period -> sessions of
+    recorded messages) selects off-policy mode.
+    """
+
+    def __init__(
+        self,
+        item: UserItem,
+        policy: Policy,
+        user_dir: Path,
+        *,
+        simulator: UserSimulator | None = None,
+        probe: ProbeHook | None = None,
+        usage: UsageTracker | None = None,
+        periods: int | None = None,
+        replay: dict[int, list[list[dict[str, str]]]] | None = None,
+        on_period: Callable[[int], None] | None = None,
+    ):
+        if simulator is None and replay is None:
+            raise ValueError("on-policy episodes need a simulator; off-policy ones a replay")
+        self.item = item
+        self.policy = policy
+        self.user_dir = Path(user_dir)
+        self.simulator = simulator
+        self.probe = probe
+        self.usage = usage
+        self.replay = replay
+        self.n_periods = min(periods or item.num_periods, item.num_periods)
+        self.on_period = on_period
+
+    def advance(self, p: int, prompts: dict[str, str] | None = None) -> PeriodRecord:
+        """Run period `p` alone (lockstep use; periods must be advanced in order): a finished
+        period is read from disk, otherwise the policy state of period p-1 is restored if
+        needed, switched to `prompts` keeping its memory, and period p is run.
+        """
+        path = period_dir(self.user_dir, p) / "record.json"
+        if path.is_file():
+            self._restore_from = period_dir(self.user_dir, p) / "policy"
+            return load_record(path)
+        restore = getattr(self, "_restore_from", None)
+        if restore is not None:
+            self.policy.load(restore)
+            self._restore_from = None
+        if prompts is not None and prompts != self.policy.prompts():
+            old, self.policy = self.policy, self.policy.with_prompts(prompts, keep_memory=True)
+            old.close()
+        record = self._run_period(p)
+        if self.on_period:
+            self.on_period(p)
+        return record
+
+    def run(self) -> EpisodeResult:
+        records = finished_records(self.user_dir, self.n_periods)
+        resumed = len(records)
+        if resumed:
+            self.policy.load(period_dir(self.user_dir, resumed - 1) / "policy")
+        for p in range(resumed, self.n_periods):
+            records.append(self._run_period(p))
+            if self.on_period:
+                self.on_period(p)
+        return EpisodeResult(self.item.id, records, resumed)
+
+    def _run_period(self, p: int) -> PeriodRecord:
+        started = time.perf_counter()
+        before = self.usage.summary() if self.usage else {}
+        if self.replay is not None:
+            sessions = self._replay_period(p)
+            mode = "off_policy"
+        else:
+            sessions = self._interact_period(p)
+            mode = "on_policy"
+        record = PeriodRecord(user_id=self.item.id, period=p, mode=mode, sessions=sessions)
+        out = period_dir(self.user_dir, p)
+        self.policy.save(out / "policy")
+        if self.probe is not None:
+            record.probes = self.probe(self.item, p, self.policy, record)
+        if self.usage:
+            record.usage = _usage_delta(before, self.usage.summary())
+            record.usage.pop("total", None)
+        record.seconds = round(time.perf_counter() - started, 3)
+        atomic_write_json(out / "record.json", record.model_dump(mode="json"))
+        return record
+
+    def _interact_period(self, p: int) -> list[SessionLog]:
+        assert self.simulator is not None
+        logs = []
+        period = self.item.periods[p]
+        for s, session in enumerate(period.sessions):
+            messages: list[dict[str, str]] = []
+            leaked: list[str] = []
+            user_msg = opening_message(session)
+            for r in range(self.simulator.rounds(p)):
+                messages.append({"role": "user", "content": user_msg})
+                messages.append({"role": "assistant", "content": self.policy.respond(user_msg)})
+                if r < self.simulator.rounds(p) - 1:
+                    follow = self.simulator.follow_up(self.item, p, session, messages)
+                    leaked.extend(v for v in follow.leaked_variables if v not in leaked)
+                    user_msg = follow.text
+            logs.append(
+                SessionLog(
+                    session_index=s,
+                    session_time=session.session_time,
+                    exposed_states=dict(session.exposed_states),
+                    messages=messages,
+                    leaked_variables=leaked,
+                )
+            )
+        return logs
+
+    def _replay_period(self, p: int) -> list[SessionLog]:
+        assert self.replay is not None
+        period = self.item.periods[p]
+        recorded = self.replay.get(p)
+        if recorded is None:
+            raise ValueError(f"the recording has no period {p} for user {self.item.id}")
+        logs = []
+        for s, messages in enumerate(recorded):
+            roles = [m["role"] for m in messages]
+            if roles != ["user", "assistant"] * (len(messages) // 2) or len(messages) % 2:
+                raise ValueError(
+                    f"recorded session {s} of period {p} (user {self.item.id}) "
+                    "must alternate user/assistant messages"
+                )
+            for i in range(0, len(messages), 2):
+                self.policy.ingest(messages[i]["content"], messages[i + 1]["content"])
+            session = period.sessions[s] if s < len(period.sessions) else None
+            logs.append(
+                SessionLog(
+                    session_index=s,
+                    session_time=session.session_time if session else "",
+                    exposed_states=dict(session.exposed_states) if session else {},
+                    messages=[dict(m) for m in messages],
+                )
+            )
+        return logs
+
+
+def load_replay(run_dir: Path, user_id: str) -> dict[int, list[list[dict[str, str]]]]:
+    """The recorded conversation of `user_id` in an earlier run folder, for off-policy replay."""
+    user_dir = Path(run_dir) / safe_name(user_id)
+    replay = {}
+    for path in sorted(user_dir.glob("period_*/record.json")):
+        record = load_record(path)
+        replay[record.period] = [log.messages for log in record.sessions]
+    if not replay:
+        from memloop.core.errors import UserError
+
+        raise UserError(f"{user_dir}: no recorded periods to replay (run an on-policy eval first)")
+    return replay
+
+
+def run_episodes(
+    items: list[UserItem],
+    policy_factory: PolicyFactory,
+    agent_client: ChatClient,
+    out_dir: Path,
+    *,
+    sim_client: ChatClient | None = None,
+    sim_config: Any = None,
+    probe: ProbeHook | None = None,
+    periods: int | None = None,
+    max_users_in_parallel: int = 2,
+    replay_from: Path | None = None,
+    progress: bool = True,
+) -> list[EpisodeResult]:
+    """Run every user's episode (users concurrently up to a bound) with progress bars for users
+    and periods. Each user gets its own policy and token counters; the endpoints, cache and
+    concurrency bounds are shared.
+    """
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    total_periods = sum(min(periods or it.num_periods, it.num_periods) for it in items)
+    bar_users = tqdm(total=len(items), desc="users", unit="user", disable=not progress, position=0)
+    bar_periods = tqdm(
+        total=total_periods, desc="periods", unit="period", disable=not progress, position=1
+    )
+
+    def one(item: UserItem) -> EpisodeResult:
+        user_dir = out_dir / safe_name(item.id)
+        usage = UsageTracker()
+        agent = agent_client.fork(usage)
+        policy = policy_factory(item.id, user_dir / "workdir", agent)
+        try:
+            simulator = None
+            replay = None
+            if replay_from is not None:
+                replay = load_replay(replay_from, item.id)
+            else:
+                simulator = UserSimulator((sim_client or agent_client).fork(usage), sim_config)
+            # a probe that makes model calls counts them in this user's tracker
+            user_probe = probe.for_user(usage) if hasattr(probe, "for_user") else probe
+            runner = EpisodeRunner(
+                item,
+                policy,
+                user_dir,
+                simulator=simulator,
+                probe=user_probe,
+                usage=usage,
+                periods=periods,
+                replay=replay,
+                on_period=lambda _p: bar_periods.update(1),
+            )
+            already = len(finished_records(user_dir, runner.n_periods))
+            bar_periods.update(already)
+            result = runner.run()
+            result.usage = usage.summary()
+        finally:
+            policy.close()
+        bar_users.update(1)
+        return result
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, max_users_in_parallel)) as pool:
+            return list(pool.map(one, items))
+    finally:
+        bar_periods.close()
+        bar_users.close()

@@ -1,0 +1,53 @@
+"""The Policy contract: the only way the environment touches an assistant under test.
+
+Structural (a Protocol), so `policies/` implements it without importing the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class AnswerLike(Protocol):
+    """What `Policy.answer` returns."""
+
+    text: str  # the raw answer text
+    retrieved_memories: list[str]  # the memories the policy put in context for this answer
+    parsed: Any  # the JSON value when a schema was given and it validated
+    json_error: str | None  # why the text did not validate (None when it did)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def respond(self, user_message: str) -> str:
+        """One chat turn; the policy may write memory on its own schedule."""
+
+    def ingest(self, user_message: str, assistant_message: str) -> None:
+        """Take in a recorded turn (off-policy replay) exactly as if it had been held."""
+
+    def answer(self, prompt: str, *, schema: dict[str, Any] | None = None) -> AnswerLike:
+        """A probe: answer from memory, never writing memory."""
+
+    def memory_view(self) -> str:
+        """What the policy remembers, rendered as text."""
+
+    def prompts(self) -> dict[str, str]:
+        """The mutable memory-write prompts: {predictor name: instructions}."""
+
+    def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> Policy:
+        """A new policy using these prompts, with fresh memory (or a copy of this one's when
+        keep_memory, for evolving inside an episode); self is unchanged.
+        """
+
+    def save(self, directory: Path) -> None:
+        """Persist the full state (memory, buffers, prompts) for a checkpoint."""
+
+    def load(self, directory: Path) -> Policy:
+        """Restore a state written by `save` into this policy; returns self."""
+
+    def close(self) -> None:
+        """Release files and clients."""

@@ -1,0 +1,116 @@
+"""`memloop eval`: run a policy through an environment's episodes with probes after every
+period, and write metrics.json, records.jsonl and per_period.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a memory policy on an environment",
+        description="Run on-policy episodes with probes after every period and "
+        "score them. Rerunning a finished eval resumes from its checkpoints and "
+        "makes no model call.",
+    )
+    p.add_argument("--env", required=True, metavar="PATH", help="data.json environment file")
+    p.add_argument(
+        "--policy",
+        required=True,
+        metavar="YAML",
+        help="policy config, e.g. memloop/experiments/policies/awi.yaml",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--users", type=int, metavar="N", help="only the first N users")
+    p.add_argument(
+        "--periods",
+        type=int,
+        metavar="P",
+        help="only the first P periods (period 0, the initial one, counts)",
+    )
+    p.add_argument(
+        "--endpoint",
+        metavar="FILE",
+        help="the assistant's endpoint YAML (default: the embedded model)",
+    )
+    p.add_argument(
+        "--sim-endpoint",
+        metavar="FILE",
+        help="the user simulator's endpoint (default: the assistant's)",
+    )
+    p.add_argument(
+        "--checker-endpoint",
+        metavar="FILE",
+        help="the factual-recall checker's endpoint (default: the assistant's)",
+    )
+    p.add_argument("--rounds-init", type=int, default=1, help="rounds per session in period 0")
+    p.add_argument(
+        "--rounds-update", type=int, default=2, help="rounds per session in later periods"
+    )
+    p.add_argument("--parallel-users", type=int, default=2, help="users run concurrently")
+    p.add_argument("--cache", metavar="PATH", help="response cache file")
+    p.set_defaults(func=run_eval)
+
+
+def positive(name: str, value: int | None) -> None:
+    from memloop.core.errors import UserError
+
+    if value is not None and value < 1:
+        raise UserError(f"--{name} must be at least 1 (got {value})")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from memloop.core.files import atomic_write_json, file_sha256
+    from memloop.environment.datafile import load_items
+    from memloop.environment.simulator import SimulatorConfig
+    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.report import format_metrics
+    from memloop.llm.roles import RoleClients
+    from memloop.optimize.spec import run_spec
+    from memloop.policies import build_policy, load_policy_config
+
+    for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
+        positive(name.replace("_", "-"), getattr(args, name))
+    items = load_items(args.env)
+    if args.users:
+        items = items[: args.users]
+    config = load_policy_config(args.policy)
+    clients = RoleClients.from_files(
+        args.endpoint,
+        args.sim_endpoint or args.endpoint,
+        args.checker_endpoint or args.endpoint,
+        cache=args.cache or "default",
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = run_spec(
+        command="eval",
+        env=str(args.env),
+        env_sha256=file_sha256(args.env),
+        users=[it.id for it in items],
+        periods=args.periods,
+        policy=config.model_dump(mode="json"),
+        endpoints=clients.public(),
+        rounds={"init": args.rounds_init, "update": args.rounds_update},
+    )
+    atomic_write_json(out / "spec.json", spec, indent=2)
+    result = run_evaluation(
+        items,
+        lambda uid, workdir, client: build_policy(config, client, workdir),
+        out,
+        agent_client=clients.agent,
+        sim_client=clients.user_sim,
+        checker_client=clients.checker,
+        sim_config=SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update),
+        periods=args.periods,
+        max_users_in_parallel=args.parallel_users,
+    )
+    print(format_metrics(result.metrics))
+    for note in result.metrics.get("warnings", []):
+        print(f"warning: {note}")
+    print(f"new model requests this run: {result.new_requests}")
+    print(f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}")
+    return 0

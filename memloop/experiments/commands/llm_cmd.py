@@ -1,0 +1,84 @@
+"""`memloop llm check`: one schema-constrained call to an endpoint, then the same call again
+to show it is served from the response cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+CHECK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "population_millions": {"type": "number"},
+        "is_capital": {"type": "boolean"},
+    },
+    "required": ["city", "population_millions", "is_capital"],
+    "additionalProperties": False,
+}
+CHECK_MESSAGES = [
+    {"role": "system", "content": "You answer with a single JSON object and nothing else."},
+    {
+        "role": "user",
+        "content": "Describe Paris, France: its name, its population in millions "
+        "and whether it is its country's capital.",
+    },
+]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    llm = sub.add_parser("llm", help="model endpoints")
+    llm_sub = llm.add_subparsers(dest="llm_command", metavar="SUBCOMMAND", required=True)
+    check = llm_sub.add_parser(
+        "check", help="ask the endpoint for a small JSON object, then repeat it from the cache"
+    )
+    check.add_argument(
+        "--endpoint", metavar="FILE", help="endpoint YAML (default: the embedded local model)"
+    )
+    check.add_argument(
+        "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
+    )
+    check.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
+
+    endpoint = Endpoint.from_yaml(args.endpoint) if args.endpoint else Endpoint()
+    client = ChatClient(endpoint, cache=args.cache or "default")
+    print(f"endpoint: {endpoint.base_url}  model: {endpoint.model}")
+    try:
+        if endpoint.is_local:
+            started = time.perf_counter()
+            url = client.resolved_base_url()
+            print(
+                f"embedded model serving at {url} "
+                f"(verified and started in {time.perf_counter() - started:.1f} s)"
+            )
+        results = []
+        for attempt in ("first call", "repeat"):
+            sent_before = client.requests_sent
+            started = time.perf_counter()
+            result = client.chat_json(
+                CHECK_MESSAGES, CHECK_SCHEMA, component="probe", refresh=(attempt == "first call")
+            )
+            elapsed = time.perf_counter() - started
+            new = client.requests_sent - sent_before
+            source = "cache" if result.cached else "endpoint"
+            print(
+                f"{attempt}: model={result.model}  latency={elapsed * 1000:.1f} ms  "
+                f"tokens={result.prompt_tokens}+{result.completion_tokens}  "
+                f"json_valid={result.ok}  served_from={source}  new_requests={new}"
+            )
+            if not result.ok:
+                print(f"  invalid JSON: {result.json_error}; text: {result.text[:200]!r}")
+            else:
+                print(f"  {result.parsed}")
+            results.append(result)
+    finally:
+        client.close()
+    ok = results[0].ok and results[1].cached
+    print("check passed" if ok else "check FAILED")
+    return 0 if ok else 1

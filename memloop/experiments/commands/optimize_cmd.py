@@ -1,0 +1,132 @@
+"""`memloop evolve`, `memloop tune`, `memloop compare` and `memloop ui`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser(
+        "evolve",
+        help="run evolution cycles from an experiment YAML",
+        description="Cycles of episodes -> probes -> feedback summary -> evolver "
+        "-> new prompts, logged to MLflow. A killed run, started again, "
+        "continues the same MLflow run from its last finished cycle.",
+    )
+    ev.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/evolve/complete.yaml")
+    ev.add_argument("--cycles", type=int, help="override the number of cycles")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ev.set_defaults(func=run_evolve_cmd)
+    register_more(sub)
+
+
+def run_evolve_cmd(args: argparse.Namespace) -> int:
+    from memloop.core.errors import UserError
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.optimize.report import print_outcomes
+
+    config = load_config(args.config, EvolveConfig)
+    if args.cycles is not None:
+        if args.cycles < 1:
+            raise UserError(f"--cycles must be at least 1 (got {args.cycles})")
+        config.cycles = args.cycles
+    outcomes = run_evolve(config, progress=not args.no_progress)
+    print_outcomes(config, outcomes)
+    return 0
+
+
+def register_more(sub: argparse._SubParsersAction) -> None:
+    tu = sub.add_parser(
+        "tune",
+        help="Optuna study over AWE's update_freq, short_term_len, top_k",
+        description="Adds `trials` trials to the study named in the YAML "
+        "(rerunning grows the same study); the paper's default (2, 4, 30) is "
+        "the first trial. Prints the best trials.",
+    )
+    tu.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/tune/awe.yaml")
+    tu.add_argument("--trials", type=int, help="override the number of trials to add")
+    tu.add_argument("--no-progress", action="store_true")
+    tu.set_defaults(func=run_tune_cmd)
+
+    cmp = sub.add_parser("compare", help="compare the runs of an MLflow experiment")
+    cmp.add_argument("--experiment", required=True, help="MLflow experiment name")
+    cmp.add_argument(
+        "--run", help="run name or id whose first/best prompt diff to show (default: the best run)"
+    )
+    cmp.add_argument(
+        "--to",
+        choices=["best", "last"],
+        default="best",
+        help="diff the first cycle's prompt against the best or the last cycle's",
+    )
+    cmp.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
+    cmp.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also plot memory score and factual recall per cycle, one line per run",
+    )
+    cmp.set_defaults(func=run_compare_cmd)
+
+    ui = sub.add_parser("ui", help="open the MLflow UI on 127.0.0.1 (works offline)")
+    ui.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=run_ui_cmd)
+
+
+def run_tune_cmd(args: argparse.Namespace) -> int:
+    from memloop.core.errors import UserError
+    from memloop.optimize.config import TuneConfig, load_config
+    from memloop.optimize.tune import format_outcome, run_tune
+
+    config = load_config(args.config, TuneConfig)
+    if args.trials is not None:
+        if args.trials < 1:
+            raise UserError(f"--trials must be at least 1 (got {args.trials})")
+        config.trials = args.trials
+    print(format_outcome(run_tune(config, progress=not args.no_progress)))
+    return 0
+
+
+def run_compare_cmd(args: argparse.Namespace) -> int:
+    from memloop.optimize.compare import compare
+
+    result = compare(args.tracking_uri, args.experiment, args.run, args.to)
+    print(result["table"])
+    print()
+    print(result["diff"])
+    if args.plot:
+        from pathlib import Path
+
+        from memloop.optimize.compare import run_histories
+        from memloop.optimize.plots import plot_cycles
+
+        plot_cycles(
+            run_histories(args.tracking_uri, result["rows"]), Path(args.plot), title=args.experiment
+        )
+        print(f"\nplot: {args.plot}")
+    return 0
+
+
+def run_ui_cmd(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from memloop.core.settings import apply_offline_defaults
+
+    apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        args.tracking_uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+    ]
+    print(f"MLflow UI on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
+    os.execvp(cmd[0], cmd)
+    return 0

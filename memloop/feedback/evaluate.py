@@ -1,0 +1,110 @@
+"""Run an evaluation: on-policy episodes with the probes after every period, then scores,
+diagnosis, factual recall and the output files. The policy is passed in as a factory, so this
+module never depends on a policy implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memloop.environment.data import UserItem
+from memloop.environment.episode import EpisodeResult, PolicyFactory, run_episodes
+from memloop.environment.simulator import SimulatorConfig
+from memloop.feedback.probes import Prober
+from memloop.feedback.report import write_outputs
+from memloop.llm.client import ChatClient
+
+
+@dataclass
+class EvaluationResult:
+    metrics: dict[str, Any]
+    episodes: list[EpisodeResult]
+
+    @property
+    def new_requests(self) -> int:
+        """Model requests this run sent (0 when everything was resumed or cached)."""
+        return sum(e.usage["total"]["calls"] for e in self.episodes if e.usage)
+
+
+def run_evaluation(
+    items: list[UserItem],
+    policy_factory: PolicyFactory,
+    out_dir: Path,
+    *,
+    agent_client: ChatClient,
+    sim_client: ChatClient | None = None,
+    checker_client: ChatClient | None = None,
+    sim_config: SimulatorConfig | None = None,
+    periods: int | None = None,
+    max_users_in_parallel: int = 2,
+    progress: bool = True,
+    replay_from: Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> EvaluationResult:
+    """Episodes under `out_dir/episodes`, metrics.json / records.jsonl / per_period.png in
+    `out_dir`. A rerun resumes finished periods from their checkpoints (no model calls).
+    """
+    out_dir = Path(out_dir)
+    prober = Prober(ub_client=agent_client, checker_client=checker_client or agent_client)
+    episodes = run_episodes(
+        items,
+        policy_factory,
+        agent_client,
+        out_dir / "episodes",
+        sim_client=sim_client,
+        sim_config=sim_config,
+        probe=prober,
+        periods=periods,
+        max_users_in_parallel=max_users_in_parallel,
+        replay_from=replay_from,
+        progress=progress,
+    )
+    period_records = [r for e in episodes for r in e.records]
+    metrics = write_outputs(out_dir, period_records, extra)
+    return EvaluationResult(metrics, episodes)
+
+
+def run_evaluation_groups(
+    groups: dict[str, list[UserItem]],
+    policy_factory: PolicyFactory,
+    out_dir: Path,
+    *,
+    agent_client: ChatClient,
+    sim_client: ChatClient | None = None,
+    checker_client: ChatClient | None = None,
+    sim_config: SimulatorConfig | None = None,
+    periods: int | None = None,
+    max_users_in_parallel: int = 2,
+    progress: bool = True,
+) -> dict[str, EvaluationResult]:
+    """Several groups of users (e.g. training and held-out users) under the same policy in one
+    pass, so users of different groups run concurrently: episodes under `out_dir/episodes`,
+    each non-empty group's metrics.json / records.jsonl / per_period.png in `out_dir/<group>`.
+    """
+    out_dir = Path(out_dir)
+    everyone = [item for items in groups.values() for item in items]
+    if len({item.id for item in everyone}) != len(everyone):
+        raise ValueError("a user appears in more than one group (or twice in one)")
+    prober = Prober(ub_client=agent_client, checker_client=checker_client or agent_client)
+    episodes = run_episodes(
+        everyone,
+        policy_factory,
+        agent_client,
+        out_dir / "episodes",
+        sim_client=sim_client,
+        sim_config=sim_config,
+        probe=prober,
+        periods=periods,
+        max_users_in_parallel=max_users_in_parallel,
+        progress=progress,
+    )
+    by_user = {e.user_id: e for e in episodes}
+    results = {}
+    for name, items in groups.items():
+        if items:
+            mine = [by_user[item.id] for item in items]
+            metrics = write_outputs(out_dir / name, [r for e in mine for r in e.records])
+            results[name] = EvaluationResult(metrics, mine)
+    return results

@@ -1,0 +1,217 @@
+"""The probes run after each period (as the episode runner's probe hook): every evaluation
+question as a multiple-choice prompt through `policy.answer`, a state query for its required
+variables, the upper bound (the policy's LLM handed the true values), and the factual-recall
+check of the period's newly revealed states against `memory_view()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memloop.environment.data import UserItem
+from memloop.environment.episode import PeriodRecord
+from memloop.environment.policy import Policy
+from memloop.feedback.records import PeriodRecall, QuestionRecord, RecallClaim
+from memloop.llm.client import ChatClient
+from memloop.llm.usage import UsageTracker
+
+MC_PROMPT = """I need your advice: {question}
+
+Thinking about what you know of me and my situation as it is right now, which of these answers fits me best?
+{options}
+
+Reply with a JSON object {{"answer": <number of the best option>}}."""
+
+STATE_PROMPT = """From everything I have told you so far, what is my current situation on each of the points below? For each one, pick the option that is closest to how things are for me now.
+{points}
+
+Reply with a JSON object mapping each point to the option you picked."""
+
+UB_SYSTEM = "You are a helpful assistant giving personalised advice."
+UB_PROMPT = """Here is my current situation:
+{facts}
+
+I need your advice: {question}
+
+Which of these answers fits me best?
+{options}
+
+Reply with a JSON object {{"answer": <number of the best option>}}."""
+
+RECALL_SYSTEM = "You check claims about a person against notes kept about them."
+RECALL_PROMPT = """Notes kept about the user:
+<notes>
+{document}
+</notes>
+
+Claims about the user's current situation:
+{claims}
+
+For each numbered claim, answer "yes" if the notes support it (they state or clearly imply it) and "no" if they do not mention it or say something different. Reply with a JSON object mapping each claim number to "yes" or "no"."""
+
+
+def words(token: str) -> str:
+    return token.replace("_", " ")
+
+
+def choice_schema(n: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"answer": {"type": "integer", "enum": list(range(1, n + 1))}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+
+
+def state_schema(variables: dict[str, list[str]]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {v: {"type": "string", "enum": list(c)} for v, c in variables.items()},
+        "required": list(variables),
+        "additionalProperties": False,
+    }
+
+
+def _options(choices: list[str]) -> str:
+    return "\n".join(f"{i}. {text}" for i, text in enumerate(choices, start=1))
+
+
+def _picked(parsed: Any, n: int) -> int | None:
+    if (
+        isinstance(parsed, dict)
+        and isinstance(parsed.get("answer"), int)
+        and 1 <= parsed["answer"] <= n
+    ):
+        return parsed["answer"] - 1
+    return None
+
+
+@dataclass
+class Prober:
+    """Builds the probe hook. `ub_client` is the policy's LLM (its endpoint); `checker_client`
+    judges factual recall (None: skip recall).
+    """
+
+    ub_client: ChatClient
+    checker_client: ChatClient | None = None
+
+    def for_user(self, usage: UsageTracker) -> Prober:
+        """The same prober counting its model calls in `usage` (one user's tracker)."""
+        return Prober(
+            self.ub_client.fork(usage),
+            None if self.checker_client is None else self.checker_client.fork(usage),
+        )
+
+    def __call__(
+        self, item: UserItem, period: int, policy: Policy, record: PeriodRecord
+    ) -> dict[str, Any]:
+        questions = [
+            self.question(item, period, q, policy).model_dump(mode="json")
+            for q in range(len(item.qas))
+        ]
+        memory = policy.memory_view()
+        out: dict[str, Any] = {"questions": questions, "memory_view": memory}
+        if self.checker_client is not None:
+            out["recall"] = self.recall(item, period, memory).model_dump(mode="json")
+        return out
+
+    def question(self, item: UserItem, period: int, q: int, policy: Policy) -> QuestionRecord:
+        qa = item.qas[q]
+        choices = [c.answer for c in qa.answer_choices]
+        truth = dict(zip(qa.required_info, item.required_state(q, period)))
+        record = QuestionRecord(
+            user_id=item.id,
+            period=period,
+            question_index=q,
+            question=qa.query,
+            choices=choices,
+            required_info=list(qa.required_info),
+            gold_index=item.gold_choice_index(q, period),
+            true_values=truth,
+            write_periods={v: item.last_set_period(v, period) for v in qa.required_info},
+        )
+        mc = policy.answer(
+            MC_PROMPT.format(question=qa.query, options=_options(choices)),
+            schema=choice_schema(len(choices)),
+        )
+        record.raw_response = mc.text
+        record.retrieved_memories = list(mc.retrieved_memories)
+        record.chosen_index = _picked(mc.parsed, len(choices)) if mc.json_error is None else None
+        if record.chosen_index is None:
+            record.json_error = mc.json_error or f"answer out of range: {mc.text[:80]!r}"
+
+        variables = {v: item.state_schema[v] for v in qa.required_info}
+        points = "\n".join(f"- {v}: one of {', '.join(c)}" for v, c in variables.items())
+        sq = policy.answer(STATE_PROMPT.format(points=points), schema=state_schema(variables))
+        if sq.json_error is None and isinstance(sq.parsed, dict):
+            record.state_answers = {v: sq.parsed.get(v) for v in qa.required_info}
+        else:
+            record.state_answers = {v: None for v in qa.required_info}
+            record.state_json_error = sq.json_error or "no JSON object"
+
+        facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in truth.items())
+        ub = self.ub_client.chat_json(
+            [
+                {"role": "system", "content": UB_SYSTEM},
+                {
+                    "role": "user",
+                    "content": UB_PROMPT.format(
+                        facts=facts, question=qa.query, options=_options(choices)
+                    ),
+                },
+            ],
+            choice_schema(len(choices)),
+            component="probe",
+        )
+        record.ub_chosen_index = _picked(ub.parsed, len(choices)) if ub.ok else None
+        if record.ub_chosen_index is None:
+            record.ub_json_error = ub.json_error or f"answer out of range: {ub.text[:80]!r}"
+        return record
+
+    def recall(self, item: UserItem, period: int, memory: str) -> PeriodRecall:
+        """Judge each state revealed in `period` (its value now) against the memory."""
+        state = item.state_at(period)
+        revealed = sorted({v for exposed in item.exposed_values(period) for v in exposed})
+        result = PeriodRecall(user_id=item.id, period=period)
+        if not revealed:
+            return result
+        if not memory.strip():  # nothing remembered supports nothing: no call needed
+            result.claims = [
+                RecallClaim(variable=v, value=state[v], supported=False) for v in revealed
+            ]
+            return result
+        claims = "\n".join(
+            f"{i}. The user's {words(v)} is: {words(state[v])}."
+            for i, v in enumerate(revealed, start=1)
+        )
+        keys = [str(i) for i in range(1, len(revealed) + 1)]
+        schema = {
+            "type": "object",
+            "properties": {k: {"type": "string", "enum": ["yes", "no"]} for k in keys},
+            "required": keys,
+            "additionalProperties": False,
+        }
+        assert self.checker_client is not None
+        reply = self.checker_client.chat_json(
+            [
+                {"role": "system", "content": RECALL_SYSTEM},
+                {
+                    "role": "user",
+                    "content": RECALL_PROMPT.format(document=memory.strip(), claims=claims),
+                },
+            ],
+            schema,
+            component="checker",
+        )
+        verdicts = reply.parsed if reply.ok else {}
+        result.json_error = reply.json_error
+        result.claims = [
+            RecallClaim(
+                variable=v,
+                value=state[v],
+                supported=None if k not in verdicts else verdicts[k] == "yes",
+            )
+            for k, v in zip(keys, revealed)
+        ]
+        return result

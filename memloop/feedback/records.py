@@ -1,0 +1,82 @@
+"""The evaluation records: one per (user, period, question), built by the probes and consumed by
+the pure scoring, diagnosis and summary functions. SCORER_VERSION changes whenever a definition
+does, so MLflow runs stay comparable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+SCORER_VERSION = "1"
+
+
+class QuestionRecord(BaseModel):
+    """What the policy answered to one evaluation question after one period, and the truth."""
+
+    user_id: str
+    period: int
+    question_index: int
+    question: str
+    choices: list[str]  # answer texts, in the order shown (1-based in prompts)
+    required_info: list[str]
+    gold_index: int  # 0-based index of the right choice
+    true_values: dict[str, str]  # the required variables' values at this period
+    write_periods: dict[str, int]  # per required variable: period its value was set
+    # the multiple-choice answer through policy.answer
+    chosen_index: int | None = None  # 0-based; None when the answer did not parse
+    json_error: str | None = None
+    raw_response: str = ""
+    retrieved_memories: list[str] = Field(default_factory=list)
+    # the state query: the policy's belief of each required variable's current value
+    state_answers: dict[str, str | None] = Field(default_factory=dict)
+    state_json_error: str | None = None
+    # the upper bound: the policy's LLM handed the true required values, for this question
+    ub_chosen_index: int | None = None
+    ub_json_error: str | None = None
+
+    @property
+    def n_choices(self) -> int:
+        return len(self.choices)
+
+    @property
+    def correct(self) -> bool:
+        return self.chosen_index is not None and self.chosen_index == self.gold_index
+
+    @property
+    def ub_correct(self) -> bool:
+        return self.ub_chosen_index is not None and self.ub_chosen_index == self.gold_index
+
+    def variable_right(self, variable: str) -> bool:
+        return self.state_answers.get(variable) == self.true_values[variable]
+
+
+class RecallClaim(BaseModel):
+    variable: str
+    value: str
+    supported: bool | None  # None: the checker's answer did not parse
+
+
+class PeriodRecall(BaseModel):
+    """Factual recall for one (user, period): the states newly revealed in the period, each
+    judged against the policy's memory_view() at the end of the period.
+    """
+
+    user_id: str
+    period: int
+    claims: list[RecallClaim] = Field(default_factory=list)
+    json_error: str | None = None
+
+    @property
+    def supported(self) -> int:
+        return sum(1 for c in self.claims if c.supported)
+
+
+def question_records(probes: dict[str, Any]) -> list[QuestionRecord]:
+    return [QuestionRecord.model_validate(q) for q in probes.get("questions", [])]
+
+
+def period_recall(probes: dict[str, Any]) -> PeriodRecall | None:
+    data = probes.get("recall")
+    return None if data is None else PeriodRecall.model_validate(data)

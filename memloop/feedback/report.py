@@ -1,0 +1,202 @@
+"""Evaluation outputs from finished episodes: metrics.json, records.jsonl, a per-period plot and
+a printed table. Pure over the records, except for writing the files.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from memloop.core.files import atomic_write_json
+from memloop.core.tables import format_table
+from memloop.environment.episode import PeriodRecord
+from memloop.feedback.records import SCORER_VERSION, period_recall, question_records
+from memloop.feedback.scoring import MemoryScoreUndefined, factual_recall, score, score_by_period
+
+
+def collect(period_records: Iterable[PeriodRecord]):
+    """(question records, recall records) of finished periods that carry probe results."""
+    questions, recalls = [], []
+    for rec in period_records:
+        questions.extend(question_records(rec.probes))
+        recall = period_recall(rec.probes)
+        if recall is not None:
+            recalls.append(recall)
+    return questions, recalls
+
+
+def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], list[str]]:
+    """metrics.json content and the warnings raised while scoring."""
+    questions, recalls = collect(period_records)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MemoryScoreUndefined)
+        total = score(questions)
+    usage: dict[str, int] = {}
+    for rec in period_records:
+        for component, row in rec.usage.items():
+            usage[component] = usage.get(component, 0) + row.get("total_tokens", 0)
+    per_period = []
+    for p, s in score_by_period(questions).items():
+        per_period.append(
+            {
+                "period": p,
+                "overall": s.overall,
+                "random": s.random,
+                "upper_bound": s.upper_bound,
+                "memory_score": s.memory_score,
+                "diagnosis": s.diagnosis.model_dump(),
+                "factual_recall": factual_recall(r for r in recalls if r.period == p),
+            }
+        )
+    per_user = {}
+    for uid in sorted({q.user_id for q in questions}):
+        mine = [q for q in questions if q.user_id == uid]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MemoryScoreUndefined)
+            s = score(mine)
+        per_user[uid] = {
+            "memory_score": s.memory_score,
+            "overall": s.overall,
+            "factual_recall": factual_recall(r for r in recalls if r.user_id == uid),
+        }
+    metrics = {
+        "scorer_version": SCORER_VERSION,
+        "users": len({q.user_id for q in questions}),
+        "periods": len({q.period for q in questions}),
+        "questions": total.n_questions,
+        "overall": total.overall,
+        "random": total.random,
+        "upper_bound": total.upper_bound,
+        "memory_score": total.memory_score,
+        "memory_score_undefined_cells": total.memory_score_undefined,
+        "json_errors": total.json_errors,
+        "diagnosis": total.diagnosis.model_dump(),
+        "factual_recall": factual_recall(recalls),
+        "per_period": per_period,
+        "per_user": per_user,
+        "usage": dict(sorted(usage.items())),
+    }
+    return metrics, [str(w.message) for w in caught]
+
+
+def write_outputs(
+    out_dir: Path, period_records: list[PeriodRecord], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics, notes = build_metrics(period_records)
+    if extra:
+        metrics.update(extra)
+    if notes:
+        metrics["warnings"] = notes
+    questions, _ = collect(period_records)
+    with open(out_dir / "records.jsonl.tmp", "w", encoding="utf-8") as fh:
+        for q in sorted(questions, key=lambda r: (r.user_id, r.period, r.question_index)):
+            row = q.model_dump(mode="json")
+            row["correct"] = q.correct
+            row["ub_correct"] = q.ub_correct
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    (out_dir / "records.jsonl.tmp").replace(out_dir / "records.jsonl")
+    atomic_write_json(out_dir / "metrics.json", metrics, indent=2)
+    plot_per_period(metrics, out_dir / "per_period.png")
+    return metrics
+
+
+def style_memory_score_axis(ax: Any, values: list[float]) -> None:
+    """A fixed scale from -1 to 1 (stretched for values beyond it) with the two reference levels:
+    0 = the random baseline, 1 = the upper bound. Flat lines then read as such instead of being
+    magnified by matplotlib's autoscaling.
+    """
+    lo = min([-1.0, *values]) - 0.08
+    hi = max([1.0, *values]) + 0.08
+    ax.set_ylim(lo, hi)
+    ax.axhline(0, color="grey", lw=0.8, ls=":")
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.annotate(
+        "random",
+        (1.0, 0),
+        xycoords=("axes fraction", "data"),
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        color="grey",
+    )
+    ax.annotate(
+        "upper bound",
+        (1.0, 1),
+        xycoords=("axes fraction", "data"),
+        ha="right",
+        va="top",
+        fontsize=7,
+        color="grey",
+    )
+
+
+def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = None) -> None:
+    """Overall accuracy, upper bound, random and memory score per period (cf. paper Fig. 5)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = metrics["per_period"]
+    periods = [r["period"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax1.plot(periods, [r["overall"] for r in rows], "o-", label="overall")
+    ax1.plot(periods, [r["upper_bound"] for r in rows], "s--", label="upper bound")
+    ax1.plot(periods, [r["random"] for r in rows], ":", color="grey", label="random")
+    ax1.set(xlabel="period", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
+    ax1.legend(fontsize=8)
+    ms = [(p, r["memory_score"]) for p, r in zip(periods, rows) if r["memory_score"] is not None]
+    if ms:
+        ax2.plot([p for p, _ in ms], [v for _, v in ms], "o-", color="tab:green")
+    style_memory_score_axis(ax2, [v for _, v in ms])
+    ax2.set(xlabel="period", ylabel="normalized memory score", title="memory score")
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(title or f"{metrics['users']} users, {metrics['questions']} answers")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    def row(label: Any, m: dict[str, Any]) -> list[Any]:
+        d = m["diagnosis"]
+        return [
+            label,
+            m["overall"],
+            m["random"],
+            m["upper_bound"],
+            m["memory_score"],
+            d["write"],
+            d["read"],
+            d["utilization"],
+            m["factual_recall"],
+        ]
+
+    rows = [row(r["period"], r) for r in metrics["per_period"]] + [row("all", metrics)]
+    lines = [
+        format_table(
+            [
+                "period",
+                "overall",
+                "random",
+                "upper_bd",
+                "mem_score",
+                "write",
+                "read",
+                "util",
+                "recall",
+            ],
+            rows,
+            align="r" * 9,
+        )
+    ]
+    usage = ", ".join(f"{k} {v}" for k, v in metrics["usage"].items())
+    lines.append(f"tokens: {usage or 'none (all cached)'}")
+    return "\n".join(lines)

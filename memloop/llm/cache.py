@@ -1,0 +1,90 @@
+"""Persistent response cache (sqlite, WAL) shared by threads and processes.
+
+A key covers everything that changes an answer: base_url, model, messages, every generation
+parameter and a sample index, so repeated stochastic draws stay distinct and a rerun replays
+them exactly. The API key is never part of a key or a value.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from memloop.core.files import json_sha256
+
+
+def cache_key(
+    *,
+    base_url: str,
+    model: str,
+    messages: list[dict[str, Any]],
+    params: dict[str, Any],
+    sample: int,
+) -> str:
+    payload = {
+        "base_url": base_url,
+        "model": model,
+        "messages": messages,
+        "params": {k: v for k, v in params.items() if v is not None},
+        "sample": sample,
+    }
+    return json_sha256(payload)
+
+
+class ResponseCache:
+    """key -> JSON value; one connection per thread, WAL so readers never block writers."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._init_lock = threading.Lock()
+        self.hits = 0  # lookups answered from the file by this object
+        self.stores = 0  # new responses written by this object (= model responses received)
+        with self._init_lock:
+            conn = self._conn()
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS responses ("
+                " key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=60.0, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA busy_timeout=60000")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._conn().execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone()
+        if row is None:
+            return None
+        with self._init_lock:
+            self.hits += 1
+        return json.loads(row[0])
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._conn().execute(
+            "INSERT OR REPLACE INTO responses(key, value, created) VALUES (?, ?, ?)",
+            (key, json.dumps(value, ensure_ascii=False), time.time()),
+        )
+        with self._init_lock:
+            self.stores += 1
+
+    def __len__(self) -> int:
+        return self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None

@@ -1,0 +1,349 @@
+"""The one chat client every component uses: OpenAI HTTP API, JSON-schema constrained output,
+retries with backoff, a concurrency bound per endpoint, a persistent response cache and token
+accounting per component tag.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+
+from memloop.core.errors import UserError
+from memloop.core.settings import cache_root
+from memloop.llm.cache import ResponseCache, cache_key
+from memloop.llm.embedded_server import ServerSettings, shared_server
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.errors import EndpointUnreachable
+from memloop.llm.model_files import resolve_packaged_model
+from memloop.llm.usage import UsageTracker
+
+RETRYABLE = (
+    openai.APITimeoutError,
+    openai.APIConnectionError,
+    openai.RateLimitError,
+    openai.InternalServerError,
+)
+
+
+class LLMRequestError(UserError):
+    """The endpoint rejected a request for a reason retrying cannot fix (a 4xx other than 429)."""
+
+
+@dataclass
+class ChatResult:
+    """One answer. `parsed` is set when a schema was given and the text validated against it;
+    otherwise `json_error` says why not (never silently replaced).
+    """
+
+    text: str
+    cached: bool
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    parsed: Any = None
+    json_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.json_error is None
+
+
+@dataclass
+class _EndpointGate:
+    semaphore: threading.BoundedSemaphore
+    in_flight: int = 0
+    peak: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_gates: dict[tuple[str, str], _EndpointGate] = {}
+_gates_lock = threading.Lock()
+
+
+def _gate_for(endpoint: Endpoint) -> _EndpointGate:
+    """One concurrency bound per (base_url, model) in this process, shared by all clients."""
+    key = (endpoint.base_url, endpoint.model)
+    with _gates_lock:
+        gate = _gates.get(key)
+        if gate is None:
+            gate = _EndpointGate(threading.BoundedSemaphore(endpoint.max_concurrency))
+            _gates[key] = gate
+        return gate
+
+
+def default_cache_path() -> Path:
+    return cache_root() / "responses.sqlite"
+
+
+class ChatClient:
+    """Chat completions against one Endpoint. Safe to share between threads."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        cache: ResponseCache | str | Path | None = "default",
+        usage: UsageTracker | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+        server_settings: ServerSettings | None = None,
+    ):
+        self.endpoint = endpoint
+        if cache == "default":
+            cache = ResponseCache(default_cache_path())
+        elif isinstance(cache, (str, Path)):
+            cache = ResponseCache(cache)
+        self.cache: ResponseCache | None = cache
+        self.usage = usage or UsageTracker()
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._server_settings = server_settings
+        self._gate = _gate_for(endpoint)
+        self._client: openai.OpenAI | None = None
+        self._client_lock = threading.Lock()
+        self._resolved_base_url: str | None = None
+        self.requests_sent = 0
+
+    def fork(self, usage: UsageTracker | None = None) -> ChatClient:
+        """A client on the same endpoint, cache, connection and concurrency bound, counting its
+        tokens in its own tracker (e.g. one per simulated user).
+        """
+        twin = copy.copy(self)
+        twin.usage = usage or UsageTracker()
+        twin.requests_sent = 0
+        return twin
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @property
+    def cache_identity(self) -> tuple[str, str]:
+        """(base_url, model) as they enter cache keys: for the embedded model, the model file's
+        hash instead of the random port, so a rerun hits the cache.
+        """
+        if self.endpoint.is_local:
+            packaged = resolve_packaged_model(self.endpoint.model)
+            return ("local", f"{packaged.key}@{packaged.sha256[:16]}")
+        return (self.endpoint.base_url.rstrip("/"), self.endpoint.model)
+
+    @property
+    def api_model_name(self) -> str:
+        if self.endpoint.is_local:
+            return resolve_packaged_model(self.endpoint.model).key
+        return self.endpoint.model
+
+    def resolved_base_url(self) -> str:
+        """The URL requests go to; starts the embedded model on first use."""
+        if self._resolved_base_url is None:
+            if self.endpoint.is_local:
+                settings = self._server_settings or ServerSettings(
+                    slots=self.endpoint.max_concurrency,
+                    ctx_per_slot=self.endpoint.effective_context_window or 8192,
+                )
+                server = shared_server(resolve_packaged_model(self.endpoint.model), settings)
+                assert server.base_url is not None
+                self._resolved_base_url = server.base_url
+            else:
+                self._resolved_base_url = self.endpoint.base_url.rstrip("/")
+        return self._resolved_base_url
+
+    def _openai(self) -> openai.OpenAI:
+        with self._client_lock:
+            if self._client is None:
+                limits = httpx.Limits(
+                    max_connections=self.endpoint.max_concurrency + 4,
+                    max_keepalive_connections=self.endpoint.max_concurrency + 4,
+                )
+                self._client = openai.OpenAI(
+                    base_url=self.resolved_base_url(),
+                    api_key=self.endpoint.api_key(),
+                    timeout=self.endpoint.timeout_s,
+                    max_retries=0,  # retries are ours: one policy for every endpoint
+                    http_client=httpx.Client(limits=limits, timeout=self.endpoint.timeout_s),
+                )
+            return self._client
+
+    def close(self) -> None:
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        component: str,
+        schema: dict[str, Any] | None = None,
+        schema_name: str = "answer",
+        sample: int = 0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: list[str] | None = None,
+        use_cache: bool = True,
+        refresh: bool = False,
+    ) -> ChatResult:
+        """One chat completion. `sample` distinguishes repeated draws of the same request;
+        `refresh` asks the endpoint even on a cache hit (and stores the new answer).
+        """
+        params: dict[str, Any] = {
+            "temperature": self.endpoint.temperature if temperature is None else temperature,
+            "max_tokens": self.endpoint.max_tokens if max_tokens is None else max_tokens,
+            "stop": stop,
+        }
+        if schema is not None:
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+            }
+        if params["temperature"] > 0:
+            params["seed"] = sample  # reproducible distinct draws where the server honours seeds
+        base, model = self.cache_identity
+        key = cache_key(base_url=base, model=model, messages=messages, params=params, sample=sample)
+        if use_cache and not refresh and self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.usage.record(
+                    component,
+                    prompt_tokens=hit["prompt_tokens"],
+                    completion_tokens=hit["completion_tokens"],
+                    cached=True,
+                )
+                return self._finish(ChatResult(cached=True, **hit), schema)
+        raw = self._send(messages, params)
+        result = ChatResult(
+            text=raw["text"],
+            cached=False,
+            model=raw["model"],
+            prompt_tokens=raw["prompt_tokens"],
+            completion_tokens=raw["completion_tokens"],
+            finish_reason=raw["finish_reason"],
+            latency_s=raw["latency_s"],
+        )
+        self.usage.record(
+            component,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            cached=False,
+        )
+        if use_cache and self.cache is not None:
+            self.cache.put(key, raw)
+        return self._finish(result, schema)
+
+    def chat_json(
+        self,
+        messages: list[dict[str, Any]],
+        schema: dict[str, Any],
+        *,
+        component: str,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self.chat(messages, component=component, schema=schema, **kwargs)
+
+    @staticmethod
+    def _finish(result: ChatResult, schema: dict[str, Any] | None) -> ChatResult:
+        if schema is None:
+            return result
+        try:
+            value = json.loads(result.text)
+            jsonschema.validate(value, schema)
+        except json.JSONDecodeError as exc:
+            result.json_error = f"not JSON: {exc.msg} at char {exc.pos}"
+        except jsonschema.ValidationError as exc:
+            result.json_error = f"does not match the schema: {exc.message}"
+        else:
+            result.parsed = value
+        return result
+
+    def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        client = self._openai()
+        kwargs = {k: v for k, v in params.items() if v is not None}
+        attempt = 0
+        while True:
+            gate = self._gate
+            with gate.semaphore:
+                with gate.lock:
+                    gate.in_flight += 1
+                    gate.peak = max(gate.peak, gate.in_flight)
+                    self.requests_sent += 1
+                started = time.perf_counter()
+                try:
+                    resp = client.chat.completions.create(
+                        model=self.api_model_name, messages=messages, **kwargs
+                    )
+                    latency = time.perf_counter() - started
+                except RETRYABLE as exc:
+                    error: Exception | None = exc
+                except openai.AuthenticationError:
+                    raise UserError(
+                        f"{self.endpoint.base_url} rejected the API key (HTTP 401); check the "
+                        f"variable {self.endpoint.api_key_env or '(none configured: set api_key_env)'}"
+                    ) from None
+                except openai.APIStatusError as exc:
+                    raise LLMRequestError(
+                        f"{self.endpoint.base_url} refused the request for model "
+                        f"{self.endpoint.model!r}: HTTP {exc.status_code}: {_short(exc)}"
+                    ) from None
+                else:
+                    error = None
+                finally:
+                    with gate.lock:
+                        gate.in_flight -= 1
+            if error is None:
+                break
+            attempt += 1
+            if attempt > self.endpoint.max_retries:
+                if isinstance(error, openai.APIConnectionError) and not isinstance(
+                    error, openai.APITimeoutError
+                ):
+                    raise EndpointUnreachable(
+                        f"cannot reach {self.resolved_base_url()} ({_short(error)}); start the "
+                        "server or fix base_url in the endpoint file"
+                    ) from None
+                raise UserError(
+                    f"{self.resolved_base_url()} failed {attempt} times for model "
+                    f"{self.endpoint.model!r}: {type(error).__name__}: {_short(error)}"
+                ) from None
+            time.sleep(self._backoff(attempt, error))
+        choice = resp.choices[0]
+        usage = resp.usage
+        return {
+            "text": choice.message.content or "",
+            "model": resp.model or self.api_model_name,
+            "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
+            "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
+            "finish_reason": choice.finish_reason,
+            "latency_s": latency,
+        }
+
+    def _backoff(self, attempt: int, error: Exception) -> float:
+        retry_after = None
+        response = getattr(error, "response", None)
+        if response is not None:
+            try:
+                retry_after = float(response.headers.get("retry-after", ""))
+            except ValueError:
+                retry_after = None
+        delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        delay *= 0.5 + random.random() / 2  # jitter so parallel callers do not retry in step
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max_s))
+        return delay
+
+
+def _short(error: Exception) -> str:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:200]

@@ -1,0 +1,93 @@
+"""Endpoint: where and how to reach a chat model. Holds the *name* of the key variable, never a key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from memloop.core.config import load_yaml_mapping, parse_model
+from memloop.llm.errors import MissingApiKey
+
+LOCAL = "local"
+
+
+class Endpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint, or `base_url: local` for the embedded model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(
+        "local-1.5b",
+        description="model name sent to the API; for base_url local: "
+        "local-1.5b (default, Qwen2.5-Coder-1.5B) or local-0.5b",
+    )
+    base_url: str = Field(LOCAL, description="e.g. https://api.openai.com/v1, or `local`")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the key (never the key itself)"
+    )
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, gt=0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_concurrency: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="requests in flight at once; "
+        "for the embedded model also its number of parallel slots",
+    )
+    max_retries: int = Field(4, ge=0, le=20)
+    context_window: int | None = Field(
+        None, gt=0, description="tokens per request; defaults to 8192 for the embedded model"
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _looks_like_a_name(cls, value: str | None) -> str | None:
+        if value is not None and not value.replace("_", "").isalnum():
+            # A key pasted here by mistake must not be echoed back in the error.
+            raise ValueError(
+                "must be the NAME of an environment variable (letters, digits, _), not a key"
+            )
+        return value
+
+    @property
+    def is_local(self) -> bool:
+        return self.base_url == LOCAL
+
+    @property
+    def effective_context_window(self) -> int | None:
+        if self.context_window is not None:
+            return self.context_window
+        return 8192 if self.is_local else None
+
+    def api_key(self) -> str:
+        """The key read from the environment now; a placeholder when none is needed."""
+        if self.api_key_env is None:
+            return "not-needed"
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise MissingApiKey(
+                f"environment variable {self.api_key_env} is not set; the endpoint for model "
+                f"{self.model!r} at {self.base_url} reads its API key from it (export it first)"
+            )
+        return value
+
+    def public_dict(self) -> dict[str, Any]:
+        """Every field, safe to log (holds no secret by construction)."""
+        return self.model_dump()
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Endpoint:
+        path = Path(path)
+        data = load_yaml_mapping(path)
+        if "endpoint" in data and isinstance(data["endpoint"], dict) and len(data) == 1:
+            data = data["endpoint"]
+        return parse_model(cls, data, str(path))
+
+
+def load_endpoint(path: str | Path | None) -> Endpoint:
+    """The endpoint of a YAML file, or the embedded model's default endpoint for None."""
+    return Endpoint.from_yaml(path) if path else Endpoint()

@@ -1,0 +1,48 @@
+"""One chat client per role (agent, user_sim, checker, optimizer) from endpoint files; roles on
+the same endpoint share one client, and all share one response cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import load_endpoint
+
+ROLES = ("agent", "user_sim", "checker", "optimizer")
+
+
+@dataclass
+class RoleClients:
+    agent: ChatClient
+    user_sim: ChatClient
+    checker: ChatClient
+    optimizer: ChatClient
+
+    @classmethod
+    def from_files(
+        cls,
+        agent: str | Path | None = None,
+        user_sim: str | Path | None = None,
+        checker: str | Path | None = None,
+        optimizer: str | Path | None = None,
+        *,
+        cache: Any = "default",
+    ) -> RoleClients:
+        """Endpoint YAML per role; None = the embedded model."""
+        made: dict[Any, ChatClient] = {}
+
+        def get(path: str | Path | None) -> ChatClient:
+            endpoint = load_endpoint(path)
+            if endpoint not in made:
+                shared = next(iter(made.values())).cache if made else cache
+                made[endpoint] = ChatClient(endpoint, cache=shared)
+            return made[endpoint]
+
+        return cls(get(agent), get(user_sim), get(checker), get(optimizer))
+
+    def public(self) -> dict[str, Any]:
+        """Each role's endpoint settings (no secrets), for params and run keys."""
+        return {role: getattr(self, role).endpoint.public_dict() for role in ROLES}

@@ -1,0 +1,327 @@
+"""Evolvers: turn (current memory-write prompts, feedback summary) into new prompts.
+
+- `none`: keeps the prompts (the no-evolution baseline);
+- `reflective`: the paper's self-evolution step P' = G(P, F): an LLM rewrites each predictor's
+  instructions from the feedback summary (memloop's own prompt; whole instructions are mutable
+  because the output format lives in the DSPy signature's fields, not in the text). When the
+  rewrite is rejected (small models mostly copy the instructions verbatim), the same model is asked
+  for the easier edit: one to three new rules, appended to the current instructions.
+GEPA needs candidate evaluations, not just a summary: see optimize/gepa_search.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from memloop.llm.client import ChatClient
+
+
+class EvolveStep(BaseModel):
+    prompts: dict[str, str]
+    changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
+    errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
+
+
+class Evolver(Protocol):
+    name: str
+
+    def propose(
+        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
+    ) -> EvolveStep: ...
+
+
+class NoEvolver:
+    name = "none"
+
+    def propose(
+        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
+    ) -> EvolveStep:
+        return EvolveStep(prompts=dict(prompts))
+
+
+REFLECT_SYSTEM = """You improve the instructions of one step of an AI assistant's long-term memory system. The step decides what the assistant writes into its memory about the user. Better instructions make the assistant remember the facts about the user that later questions depend on, keep them up to date when they change, and drop what no longer holds.
+
+You will see the current instructions and a feedback summary from an evaluation: the user's questions, the memories the assistant had when answering, and (depending on the feedback) its choice, the right choice, the user facts revealed in the conversations and why answers failed. Use the feedback to find which kinds of user information the memory missed, kept stale or stored too vaguely, and rewrite the instructions so that such information is captured precisely next time.
+
+Rules:
+- Keep the instructions general: they must help with any user, not only this one. Name kinds of information (e.g. "current living situation", "how often they do X"), never this user's specific values.
+- Keep what already works; be concrete about what to record and how to update it.
+- Make at least one concrete change that answers the feedback: a copy of the current instructions is of no use.
+- Do not describe output formats or JSON: the format is fixed elsewhere.
+- Keep it under {max_words} words."""
+
+REFLECT_USER = """Step: {name}
+
+Current instructions:
+<instructions>
+{instructions}
+</instructions>
+
+Feedback summary:
+<feedback>
+{feedback}
+</feedback>
+
+Answer in exactly this form (plain text, no JSON):
+<changes>
+- one short line per change you made
+</changes>
+<new_instructions>
+the complete improved instructions
+</new_instructions>"""
+
+RULES_SYSTEM = """You improve the instructions of one step of an AI assistant's long-term memory system. The step decides what the assistant writes into its memory about the user.
+
+You will see the current instructions and a feedback summary from an evaluation: the user's questions, the memories the assistant had when answering, and (depending on the feedback) its choice, the right choice, the user facts revealed in the conversations and why answers failed.
+
+Write one to three NEW rules to add to the instructions, each a single sentence, so that next time the memory captures the kinds of user information the feedback shows it missed, kept stale or stored too vaguely.
+
+Rules:
+- General rules about kinds of information (e.g. "Record how often the user travels"), never this user's specific values.
+- Do not repeat a rule the instructions already have.
+- Do not describe output formats or JSON."""
+
+RULES_USER = """Step: {name}
+
+Current instructions:
+<instructions>
+{instructions}
+</instructions>
+
+Feedback summary:
+<feedback>
+{feedback}
+</feedback>
+
+Answer in exactly this form (plain text):
+<rules>
+- first new rule
+</rules>"""
+
+_BLOCK = r"<{tag}>\s*(.*?)\s*</{tag}>"
+
+
+def parse_reflection(text: str) -> tuple[str | None, list[str], str | None]:
+    """(new instructions, changes, error) from a reply in the tagged plain-text form. Plain text
+    instead of JSON: small models copying instructions that contain quotes break JSON strings.
+    """
+    import re
+
+    body = re.search(_BLOCK.format(tag="new_instructions"), text, re.S)
+    if body is None:
+        cut = "<new_instructions>" in text
+        return (
+            None,
+            [],
+            (
+                "rewrite cut off (no closing tag)"
+                if cut
+                else "no <new_instructions> block in the reply"
+            ),
+        )
+    changes_block = re.search(_BLOCK.format(tag="changes"), text, re.S)
+    changes = [
+        line.strip().lstrip("-*").strip()
+        for line in (changes_block.group(1).splitlines() if changes_block else [])
+    ]
+    return body.group(1).strip(), [c for c in changes if c], None
+
+
+def parse_rules(
+    text: str,
+    instructions: str,
+    *,
+    max_rules: int = 3,
+    max_words: int = 60,
+    banned: Iterable[str] = (),
+) -> tuple[list[str], str | None]:
+    """(new rules, error) from a reply in the <rules> form: one sentence per line, at most
+    `max_rules`; rules the instructions already contain, fragments, run-ons and rules naming one
+    of the `banned` values (a user's own state values, see `leaked_values`) are dropped.
+    """
+    import re
+
+    bullet = r"^\s*(?:[-*\u2022]|\d+[.)])\s+"
+    block = re.search(_BLOCK.format(tag="rules"), text, re.S)
+    if block is not None:
+        lines = block.group(1).splitlines()
+    else:
+        # small models often drop the tags (or the closing one): keep the bullet lines only
+        lines = [ln for ln in text.split("<rules>")[-1].splitlines() if re.match(bullet, ln)]
+        if not lines:
+            return [], "no <rules> block or bullet lines in the reply"
+    known = " ".join(instructions.lower().split())
+    rules: list[str] = []
+    leaks = 0
+    for line in lines:
+        rule = re.sub(bullet, "", line).strip()
+        words = len(rule.split())
+        if not 3 <= words <= max_words or not rule.endswith(_ENDINGS):
+            continue
+        norm = " ".join(rule.lower().split())
+        if norm in known or norm in (" ".join(r.lower().split()) for r in rules):
+            continue
+        if leaked_values(rule, instructions, banned):
+            leaks += 1
+            continue
+        rules.append(rule)
+    if not rules:
+        why = f" ({leaks} named a user's own values)" if leaks else ""
+        return [], "no usable new rule in the reply" + why
+    return rules[:max_rules], None
+
+
+class ReflectiveEvolver:
+    """Per predictor (component `optimizer`): one LLM call for a rewrite; a reply that is
+    malformed, cut off, too short or too long, or identical to the current text is rejected, and
+    the model is asked once for one to three rules to append instead (`append_rules`). When both
+    fail the predictor keeps its old instructions and the reasons are recorded.
+    """
+
+    name = "reflective"
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        max_words: int = 350,
+        max_feedback_chars: int = 12000,
+        max_tokens: int = 1024,
+        append_rules: bool = True,
+    ):
+        self.client = client
+        self.append_rules = append_rules
+        self.max_words = max_words
+        self.max_feedback_chars = max_feedback_chars
+        self.max_tokens = max_tokens
+
+    def propose(
+        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
+    ) -> EvolveStep:
+        feedback = json.dumps(summary, ensure_ascii=False, indent=1)
+        if len(feedback) > self.max_feedback_chars:
+            feedback = feedback[: self.max_feedback_chars] + "\n... (truncated)"
+        step = EvolveStep(prompts=dict(prompts))
+        banned = revealed_values(summary)
+        for name, instructions in sorted(prompts.items()):
+            request = dict(name=name, instructions=instructions, feedback=feedback)
+            reply = self._ask(
+                REFLECT_SYSTEM.format(max_words=self.max_words),
+                REFLECT_USER.format(**request),
+                cycle,
+            )
+            new, changes, problem = self._check(reply, instructions, banned)
+            if problem is None:
+                step.prompts[name], step.changes[name] = new, changes
+                continue
+            if self.append_rules:
+                # a distinct sample index: the rules request never shares a cache entry
+                reply = self._ask(RULES_SYSTEM, RULES_USER.format(**request), cycle + 1000)
+                rules, rules_problem = parse_rules(reply, instructions, banned=banned)
+                new = instructions.rstrip() + "\n" + "\n".join(f"- {r}" for r in rules)
+                if rules_problem is None and len(new.split()) <= 2 * self.max_words:
+                    step.prompts[name] = new
+                    step.changes[name] = [f"rewrite rejected ({problem}); appended rules"] + [
+                        f"added: {r}" for r in rules
+                    ]
+                    continue
+                problem += "; " + (rules_problem or "instructions with the rules too long")
+            step.errors[name] = problem + "; kept the old one"
+        return step
+
+    def _ask(self, system: str, user: str, sample: int) -> str:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return self.client.chat(
+            messages, component="optimizer", sample=sample, max_tokens=self.max_tokens
+        ).text
+
+    def _check(
+        self, text: str, instructions: str, banned: Iterable[str] = ()
+    ) -> tuple[str, list[str], str | None]:
+        """(new instructions, changes, why they are rejected or None)."""
+        parsed, changes, error = parse_reflection(text)
+        if error:
+            return "", [], error
+        new = _strip_wrapper(parsed or "")
+        words = len(new.split())
+        if words < 8:
+            return new, changes, f"rewrite too short ({words} words)"
+        if words > 2 * self.max_words:
+            return new, changes, f"rewrite too long ({words} words)"
+        if not new.endswith(_ENDINGS):
+            return new, changes, f"rewrite looks cut off ({new[-40:]!r})"
+        if " ".join(new.split()) == " ".join(instructions.split()):
+            return new, changes, "rewrite identical to the current instructions"
+        leaked = leaked_values(new, instructions, banned)
+        if leaked:
+            return new, changes, f"rewrite names a user's own values ({', '.join(leaked)})"
+        return new, changes, None
+
+
+_ENDINGS = (".", "!", "?", ")", '"', "'")
+
+
+def _words(text: str) -> str:
+    import re
+
+    return " " + " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split()) + " "
+
+
+def revealed_values(summary: Any) -> set[str]:
+    """The users' own state values in a feedback summary (complete mode's
+    `user_information_updates`, diagnostic mode's `actual` values), at any depth.
+    """
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "user_information_updates" and isinstance(value, dict):
+                    found.update(str(v) for v in value.values() if v is not None)
+                elif key == "actual" and isinstance(value, (str, int, float)):
+                    found.add(str(value))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(summary)
+    return found
+
+
+def leaked_values(text: str, instructions: str, values: Iterable[str]) -> list[str]:
+    """The `values` that `text` names (as whole words, ignoring case, `_` and punctuation) and the
+    current instructions do not: a prompt shared by every user must not carry one user's facts.
+    Values under 4 characters ("no", "2") are too common to tell apart and are skipped.
+    """
+    have, old = _words(text), _words(instructions)
+    hits = []
+    for value in sorted(set(values)):
+        v = _words(value)
+        if len(v.strip()) >= 4 and v in have and v not in old:
+            hits.append(value)
+    return hits
+
+
+def _strip_wrapper(text: str) -> str:
+    """The reply without the <instructions> tags small models copy from the request."""
+    text = text.strip()
+    for tag in ("instructions", "new_instructions"):
+        if text.startswith(f"<{tag}>"):
+            text = text[len(tag) + 2 :]
+        if text.endswith(f"</{tag}>"):
+            text = text[: -len(tag) - 3]
+    return text.strip()
+
+
+def make_evolver(name: str, client: ChatClient) -> Evolver:
+    if name == "none":
+        return NoEvolver()
+    if name == "reflective":
+        return ReflectiveEvolver(client)
+    raise ValueError(f"evolver {name!r} is not a summary-driven evolver")

@@ -1,0 +1,48 @@
+"""Plots of evolution runs: memory score and factual recall per cycle, one line per condition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from memloop.feedback.report import style_memory_score_axis
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
+    n = len(outcomes)
+    scores: list[float] = []
+    for i, o in enumerate(outcomes):
+        label = o.mode if o.evolver in ("none", "reflective") else f"{o.mode} / {o.evolver}"
+        marker, line = styles[i % len(styles)]
+        dodge = (i - (n - 1) / 2) * 0.04  # equal values stay visible side by side
+        for ax, key in zip(axes, ("memory_score", "factual_recall")):
+            points = [(c["cycle"], c[key]) for c in o.cycles if c.get(key) is not None]
+            if key == "memory_score":
+                scores += [v for _, v in points]
+            if points:
+                ax.plot(
+                    [p + dodge for p, _ in points],
+                    [v for _, v in points],
+                    marker=marker,
+                    linestyle=line,
+                    label=label,
+                )
+    for ax, name in zip(axes, ("normalized memory score", "memory factual recall")):
+        ax.set(xlabel="cycle", ylabel=name, title=name)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8)
+    style_memory_score_axis(axes[0], scores)
+    axes[1].set_ylim(-0.02, 1.02)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

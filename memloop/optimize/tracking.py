@@ -1,0 +1,164 @@
+"""MLflow logging for evolution and tuning: one run per condition found again by a key tag (so a
+restarted command continues the same run), metrics with step = cycle logged at most once per
+step, prompts and feedback summaries as artifacts, and each cycle's prompt as a version in the
+prompt registry with the alias `best` on the best one.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from memloop.core.files import safe_name
+from memloop.core.settings import apply_offline_defaults
+
+RUN_KEY_TAG = "memloop.run_key"
+_lock = threading.Lock()
+
+
+def _mlflow():
+    apply_offline_defaults()
+    import mlflow
+
+    return mlflow
+
+
+def client(tracking_uri: str):
+    """An MlflowClient on `tracking_uri`; creates the folder of a sqlite store."""
+    mlflow = _mlflow()
+    if tracking_uri.startswith("sqlite:///"):
+        Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(tracking_uri)  # the prompt registry API reads the global URI
+    return mlflow.MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_id(mlc, name: str, tracking_uri: str) -> str:
+    exp = mlc.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if tracking_uri.startswith("sqlite:///"):
+        root = Path(tracking_uri[len("sqlite:///") :]).parent.resolve()
+        location = (root / "artifacts" / safe_name(name)).as_uri()
+    return mlc.create_experiment(name, artifact_location=location)
+
+
+def open_run(
+    mlc,
+    exp_id: str,
+    run_key: str,
+    run_name: str,
+    params: dict[str, Any],
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> tuple[str, bool]:
+    """(run id, resumed): the run tagged with `run_key`, or a new one with `params` logged."""
+    with _lock:
+        found = mlc.search_runs(
+            [exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1
+        )
+        if found:
+            run_id = found[0].info.run_id
+            if found[0].info.status != "RUNNING":
+                mlc.update_run(run_id, status="RUNNING")
+            return run_id, True
+        all_tags = {RUN_KEY_TAG: run_key, "mlflow.runName": run_name, **(tags or {})}
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = mlc.create_run(exp_id, run_name=run_name, tags=all_tags)
+        run_id = run.info.run_id
+    from mlflow.entities import Param
+
+    flat = flatten(params)
+    items = [Param(k[:250], str(v)[:6000]) for k, v in sorted(flat.items())]
+    for i in range(0, len(items), 100):
+        mlc.log_batch(run_id, params=items[i : i + 100])
+    return run_id, False
+
+
+def finish_run(mlc, run_id: str, status: str = "FINISHED") -> None:
+    mlc.set_terminated(run_id, status=status)
+
+
+def logged_steps(mlc, run_id: str, key: str) -> set[int]:
+    return {m.step for m in mlc.get_metric_history(run_id, key)}
+
+
+def log_metrics(mlc, run_id: str, metrics: dict[str, float | None], step: int) -> None:
+    """Log each metric at `step` unless already there (a resumed cycle logs nothing twice)."""
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    batch = [
+        Metric(k, float(v), now, step)
+        for k, v in sorted(metrics.items())
+        if v is not None and step not in logged_steps(mlc, run_id, k)
+    ]
+    if batch:
+        mlc.log_batch(run_id, metrics=batch)
+
+
+def log_text(mlc, run_id: str, text: str, artifact_file: str) -> None:
+    mlc.log_text(run_id, text, artifact_file)
+
+
+def prompt_name(*parts: str) -> str:
+    return safe_name(".".join(parts))[:200]
+
+
+def render_prompts(prompts: dict[str, str]) -> str:
+    """One text for the registry: a section per predictor (single predictor: its text)."""
+    if len(prompts) == 1:
+        return next(iter(prompts.values()))
+    return "\n\n".join(f"## {name}\n{text}" for name, text in sorted(prompts.items()))
+
+
+def register_prompt(
+    mlc, name: str, prompts: dict[str, str], *, cycle: int, run_id: str, score: float | None
+) -> int:
+    """The registry version for this (run, cycle), created once."""
+    mlflow = _mlflow()
+    with _lock:
+        existing = _versions(mlc, name)
+        for v in existing:
+            if v.tags.get("memloop.run_id") == run_id and v.tags.get("memloop.cycle") == str(cycle):
+                return int(v.version)
+        tags = {
+            "memloop.run_id": run_id,
+            "memloop.cycle": str(cycle),
+            "memloop.predictors": ",".join(sorted(prompts)),
+        }
+        if score is not None:
+            tags["memloop.memory_score"] = f"{score:.6f}"
+        version = mlflow.genai.register_prompt(
+            name=name, template=render_prompts(prompts), commit_message=f"cycle {cycle}", tags=tags
+        )
+        return int(version.version)
+
+
+def set_best(mlc, name: str, version: int) -> None:
+    _mlflow().genai.set_prompt_alias(name, alias="best", version=version)
+
+
+def _versions(mlc, name: str) -> list[Any]:
+    try:
+        return list(mlc.search_prompt_versions(name))
+    except Exception:
+        return []
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        out = {}
+        for i, v in enumerate(data):
+            out.update(flatten(v, f"{prefix}{i}."))
+        return out
+    return {prefix.rstrip("."): data}

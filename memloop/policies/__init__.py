@@ -1,0 +1,79 @@
+"""The assistants under test: native LLM, AWI, AWE and RAG memory policies behind the Policy
+contract (environment/policy.py), their configurations, and the `check_policy` conformance check.
+
+The heavy libraries (DSPy, mem0, sentence-transformers) load only when a policy is built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memloop.policies.base import Answer
+from memloop.policies.config import (
+    AWEConfig,
+    AWIConfig,
+    NativeConfig,
+    PolicyConfig,
+    RAGConfig,
+    load_policy_config,
+    parse_policy_config,
+)
+
+if TYPE_CHECKING:
+    from memloop.llm.client import ChatClient
+
+__all__ = [
+    "AWEConfig",
+    "AWIConfig",
+    "Answer",
+    "NativeConfig",
+    "PolicyConfig",
+    "RAGConfig",
+    "build_policy",
+    "check_policy",
+    "load_policy_config",
+    "parse_policy_config",
+]
+
+
+def build_policy(
+    config: Any,
+    client: ChatClient,
+    workdir: Path | str | None = None,
+    *,
+    prompts: dict[str, str] | None = None,
+) -> Any:
+    """A fresh policy (empty memory) for `config`, calling `client`; files it needs while running
+    go under `workdir`. `prompts` replaces some of its default memory-write prompts.
+    """
+    if isinstance(config, NativeConfig):
+        from memloop.policies.native import NativePolicy
+
+        policy = NativePolicy(config, client, workdir)
+    elif isinstance(config, AWIConfig):
+        from memloop.policies.awi import AWIPolicy
+
+        policy = AWIPolicy(config, client, workdir)
+    elif isinstance(config, AWEConfig):
+        from memloop.policies.external import AWEPolicy
+
+        policy = AWEPolicy(config, client, workdir)
+    elif isinstance(config, RAGConfig):
+        from memloop.policies.external import RAGPolicy
+
+        policy = RAGPolicy(config, client, workdir)
+    else:
+        raise TypeError(f"not a policy config: {config!r}")
+    if prompts:
+        fresh = policy.with_prompts(prompts)
+        policy.close()
+        policy = fresh
+    return policy
+
+
+def check_policy(policy_factory, **kwargs: Any):
+    """See policies.check.check_policy."""
+    from memloop.policies.check import check_policy as _check
+
+    return _check(policy_factory, **kwargs)

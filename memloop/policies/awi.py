@@ -1,0 +1,188 @@
+"""AWI, agentic write in-context: labelled facts in the system prompt, kept up to date by an LLM
+writer (the DSPy predictor `writer`) that reads the oldest raw messages every `update_freq`
+messages while the newest `short_term_len` stay raw in context.
+
+Differences from the published agent: an edit with value null deletes a label; entries carry the
+write step and simulated time instead of wall-clock time; labels are normalised (snake_case) so
+'Home city' and 'home_city' are one fact; a failed write is counted, not silently lost.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from memloop.policies.base import (
+    ASSISTANT_INTRO,
+    BasePolicy,
+    Message,
+    MessageBuffer,
+    render_transcript,
+)
+from memloop.policies.config import AWIConfig
+from memloop.policies.programs import (
+    AWIProgram,
+    load_program,
+    program_prompts,
+    save_program,
+    structured_lm,
+    unwrap_user_error,
+)
+
+PROGRAM_FILE = "program.json"
+
+
+def normalize_label(label: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "_", label.strip().lower()).strip("_")
+
+
+def apply_edits(
+    facts: dict[str, dict[str, Any]], edits: Iterable[Any], *, step: int, time: str | None
+) -> dict[str, int]:
+    """Merge writer edits into `facts` in place; returns counts of set / deleted / ignored.
+
+    Each edit has `label` and `value`: a string sets the label (a changed value records this step
+    and time; an unchanged value keeps its original ones), None deletes it, an empty string or an
+    empty label is ignored. Later edits win.
+    """
+    counts = {"set": 0, "deleted": 0, "ignored": 0}
+    for edit in edits:
+        label = normalize_label(_field(edit, "label") or "")
+        value = _field(edit, "value")
+        if not label:
+            counts["ignored"] += 1
+        elif value is None:
+            counts["deleted" if facts.pop(label, None) is not None else "ignored"] += 1
+        elif not str(value).strip():
+            counts["ignored"] += 1
+        else:
+            value = " ".join(str(value).split())
+            old = facts.get(label)
+            if old is None or old["value"] != value:
+                facts[label] = {"value": value, "step": step, "time": time}
+            counts["set"] += 1
+    return counts
+
+
+def _field(edit: Any, name: str) -> Any:
+    return edit.get(name) if isinstance(edit, dict) else getattr(edit, name, None)
+
+
+class AWIPolicy(BasePolicy):
+    kind = "awi"
+    config: AWIConfig
+
+    def __init__(
+        self, config: AWIConfig, client, workdir=None, prompts: dict[str, str] | None = None
+    ):
+        super().__init__(config, client, workdir)
+        self.program = AWIProgram(**(prompts or {}))
+        self._lm = structured_lm(client, "memory")
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.buffer = MessageBuffer(config.update_freq, config.short_term_len)
+        self.writes = 0  # writer calls that returned edits
+        self.write_errors = 0  # writer calls whose answer could not be parsed
+        self.last_write_error: str | None = None
+
+    # -- prompts ------------------------------------------------------------------------------
+
+    def prompts(self) -> dict[str, str]:
+        return program_prompts(self.program)
+
+    def _fresh(self, prompts: dict[str, str]) -> AWIPolicy:
+        return AWIPolicy(self.config, self.client, self.workdir, prompts=prompts)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def fact_lines(self) -> list[str]:
+        return [f"{label}: {self.facts[label]['value']}" for label in sorted(self.facts)]
+
+    def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
+        facts = self.fact_lines()
+        memory = "\n".join(f"- {line}" for line in facts) if facts else "(nothing yet)"
+        system = (
+            f"{ASSISTANT_INTRO}\n\nWhat you remember about the user "
+            f"(label: value; each value is the latest known):\n{memory}"
+        )
+        messages = [
+            {"role": "system", "content": system},
+            *self.buffer.messages,
+            {"role": "user", "content": user_message},
+        ]
+        return messages, facts
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _remember(self, user_message: str, assistant_message: str) -> None:
+        self.buffer.append("user", user_message, self.sim_time)
+        self.buffer.append("assistant", assistant_message, self.sim_time)
+        for batch, time in self.buffer.due_batches():
+            self._write(batch, time)
+
+    def _write(self, batch: list[Message], time: str | None) -> None:
+        current = json.dumps(
+            {label: self.facts[label]["value"] for label in sorted(self.facts)}, ensure_ascii=False
+        )
+        try:
+            with dspy.context(lm=self._lm, adapter=dspy.JSONAdapter()):
+                prediction = self.program(memory=current, conversation=render_transcript(batch))
+        except Exception as exc:
+            user_error = unwrap_user_error(exc)
+            if user_error is not None:
+                raise user_error from None
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            return
+        self.writes += 1
+        apply_edits(self.facts, prediction.edits or [], step=self.writes, time=time)
+
+    # -- views and state ----------------------------------------------------------------------
+
+    def memory_view(self) -> str:
+        facts = self.fact_lines()
+        parts = ["Memory (label: value):", *(facts or ["(empty)"])]
+        if self.buffer.messages:
+            parts += [
+                "",
+                "Recent messages not yet written to memory:",
+                render_transcript(self.buffer.messages),
+            ]
+        return "\n".join(parts)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **super().stats(),
+            "facts": len(self.facts),
+            "writes": self.writes,
+            "write_errors": self.write_errors,
+            "buffered_messages": len(self.buffer.messages),
+        }
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "facts": self.facts,
+            "buffer": self.buffer.state(),
+            "writes": self.writes,
+            "write_errors": self.write_errors,
+            "last_write_error": self.last_write_error,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.facts = {label: dict(entry) for label, entry in state["facts"].items()}
+        self.buffer = MessageBuffer.from_state(
+            self.config.update_freq, self.config.short_term_len, state["buffer"]
+        )
+        self.writes = int(state["writes"])
+        self.write_errors = int(state["write_errors"])
+        self.last_write_error = state.get("last_write_error")
+
+    def _save_extra(self, directory: Path) -> None:
+        save_program(self.program, directory / PROGRAM_FILE)
+
+    def _load_extra(self, directory: Path) -> None:
+        load_program(self.program, directory / PROGRAM_FILE)

@@ -1,0 +1,266 @@
+"""`check_policy`: a conformance check for any Policy implementation, in the spirit of
+Gymnasium's `check_env`. It drives fresh policies through a tiny scripted conversation and checks
+the contract's promises: probes never write memory, `with_prompts` returns a new policy and leaves
+the original alone, save/load round-trips, replaying a conversation with `ingest` remembers what
+holding it did, and the same script gives the same memory twice.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONVERSATION = (
+    "[Current Time: 2024-01-06 19:40:00]\nHi! I just moved to Lisbon for a new job and I want to "
+    "find a running club.",
+    "I run about 20 km a week, mostly in the evenings after work.",
+    "[Current Time: 2024-04-03 20:15:00]\nQuick update: I moved again, I live in Oslo now.",
+)
+DEFAULT_PROBES = (
+    "Which city do I live in?",
+    "How much do I run each week?",
+)
+PROBE_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+_CONTRACT = (
+    "name",
+    "respond",
+    "ingest",
+    "answer",
+    "memory_view",
+    "prompts",
+    "with_prompts",
+    "save",
+    "load",
+    "close",
+)
+
+
+class PolicyCheckError(AssertionError):
+    """One or more promises of the Policy contract are broken; the message lists them."""
+
+
+@dataclass
+class PolicyCheckReport:
+    name: str
+    checks: list[str] = field(default_factory=list)  # what was verified
+    problems: list[str] = field(default_factory=list)  # what failed
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_policy(
+    policy_factory: Callable[[], Any],
+    *,
+    conversation: Sequence[str] = DEFAULT_CONVERSATION,
+    probes: Sequence[str] = DEFAULT_PROBES,
+    probe_rounds: int = 5,
+    forbidden_strings: Sequence[str] = (),
+    workdir: Path | str | None = None,
+    raise_on_problem: bool = True,
+) -> PolicyCheckReport:
+    """Check the policies `policy_factory()` builds (each call must return a fresh policy with
+    empty memory). `probe_rounds` x `probes` answers are asked (half with a JSON schema);
+    `forbidden_strings` (e.g. an API key) must not appear in any file `save` writes.
+    Raises PolicyCheckError listing every problem unless `raise_on_problem` is False.
+    """
+    opened: list[Any] = []
+
+    def fresh() -> Any:
+        policy = policy_factory()
+        opened.append(policy)
+        return policy
+
+    first = fresh()
+    report = PolicyCheckReport(name=str(getattr(first, "name", type(first).__name__)))
+
+    def expect(condition: bool, check: str, problem: str) -> bool:
+        report.checks.append(check)
+        if not condition:
+            report.problems.append(problem)
+        return condition
+
+    with tempfile.TemporaryDirectory(prefix="check-policy-", dir=workdir) as tmp:
+        tmp_path = Path(tmp)
+        try:
+            missing = [attr for attr in _CONTRACT if not hasattr(first, attr)]
+            if not expect(
+                not missing,
+                "has every member of the Policy contract",
+                f"missing members: {', '.join(missing)}",
+            ):
+                return _finish(report, raise_on_problem)
+            expect(
+                isinstance(first.name, str) and bool(first.name),
+                "name is a non-empty str",
+                f"name is {first.name!r}",
+            )
+            empty_view = first.memory_view()
+            expect(
+                isinstance(empty_view, str),
+                "memory_view() returns str",
+                f"memory_view() returned {type(empty_view).__name__}",
+            )
+
+            # Hold the conversation.
+            turns = []
+            for message in conversation:
+                reply = first.respond(message)
+                if not expect(
+                    isinstance(reply, str),
+                    "respond() returns str",
+                    f"respond() returned {type(reply).__name__}",
+                ):
+                    return _finish(report, raise_on_problem)
+                turns.append((message, reply))
+            view = first.memory_view()
+
+            # Probes never write memory.
+            for round_ in range(probe_rounds):
+                for i, prompt in enumerate(probes):
+                    schema = PROBE_SCHEMA if (round_ + i) % 2 else None
+                    answer = first.answer(prompt, schema=schema)
+                    _check_answer(answer, schema, expect)
+            expect(
+                first.memory_view() == view,
+                f"{probe_rounds * len(probes)} probes leave memory_view() unchanged",
+                "a probe changed memory_view()",
+            )
+
+            # Mutable prompts.
+            prompts = first.prompts()
+            if expect(
+                isinstance(prompts, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()),
+                "prompts() is dict[str, str]",
+                f"prompts() returned {prompts!r:.200}",
+            ):
+                changed = {k: v + "\nKeep every fact short." for k, v in prompts.items()}
+                evolved = first.with_prompts(changed)
+                opened.append(evolved)
+                expect(
+                    evolved is not first,
+                    "with_prompts() returns a new object",
+                    "with_prompts() returned self",
+                )
+                expect(
+                    first.prompts() == prompts,
+                    "with_prompts() leaves the original's prompts",
+                    "with_prompts() changed the original policy's prompts",
+                )
+                expect(
+                    evolved.prompts() == changed,
+                    "the new policy uses the given prompts",
+                    "the policy from with_prompts() does not report the prompts it was given",
+                )
+                expect(
+                    first.memory_view() == view,
+                    "with_prompts() leaves the original's memory",
+                    "with_prompts() changed the original policy's memory",
+                )
+                expect(
+                    evolved.memory_view() == empty_view,
+                    "with_prompts() starts fresh memory",
+                    "the policy from with_prompts() does not start with empty memory",
+                )
+                # Evolved prompts survive a checkpoint.
+                evolved.save(tmp_path / "evolved")
+                reloaded = fresh().load(tmp_path / "evolved")
+                expect(
+                    reloaded.prompts() == changed,
+                    "save/load keeps evolved prompts",
+                    "prompts after load differ from the saved policy's prompts",
+                )
+
+            # Checkpoint round-trip.
+            first.save(tmp_path / "held")
+            restored = fresh()
+            returned = restored.load(tmp_path / "held")
+            expect(returned is restored, "load() returns self", "load() did not return self")
+            expect(
+                restored.memory_view() == view,
+                "save/load round-trips memory_view()",
+                "memory_view() after load differs from the saved policy's",
+            )
+            expect(
+                restored.prompts() == prompts,
+                "save/load round-trips prompts()",
+                "prompts() after load differ from the saved policy's",
+            )
+            leaks = [
+                (path.name, secret)
+                for path in (tmp_path / "held").rglob("*")
+                if path.is_file()
+                for secret in forbidden_strings
+                if secret and secret in path.read_text(encoding="utf-8", errors="ignore")
+            ]
+            expect(
+                not leaks,
+                "saved files hold none of the forbidden strings",
+                f"saved file {leaks[0][0]} contains a forbidden string" if leaks else "",
+            )
+
+            # Off-policy replay remembers what holding the conversation did.
+            replayed = fresh()
+            for message, reply in turns:
+                replayed.ingest(message, reply)
+            expect(
+                replayed.memory_view() == view,
+                "ingest() of the held turns gives the same memory as respond()",
+                "replaying the held turns with ingest() gives a different memory_view()",
+            )
+
+            # Same script, same memory.
+            again = fresh()
+            for message in conversation:
+                again.respond(message)
+            expect(
+                again.memory_view() == view,
+                "the same conversation gives the same memory",
+                "a second run of the same conversation gives a different memory_view()",
+            )
+        finally:
+            for policy in opened:
+                try:
+                    policy.close()
+                except Exception as exc:
+                    report.problems.append(f"close() raised {type(exc).__name__}: {exc}")
+    return _finish(report, raise_on_problem)
+
+
+def _check_answer(answer: Any, schema: dict[str, Any] | None, expect) -> None:
+    expect(
+        isinstance(getattr(answer, "text", None), str),
+        "answer().text is str",
+        "answer() returned no text str",
+    )
+    memories = getattr(answer, "retrieved_memories", None)
+    expect(
+        isinstance(memories, list) and all(isinstance(m, str) for m in memories),
+        "answer().retrieved_memories is list[str]",
+        f"answer().retrieved_memories is {memories!r:.100}",
+    )
+    if schema is not None:
+        parsed, error = getattr(answer, "parsed", None), getattr(answer, "json_error", None)
+        expect(
+            (parsed is None) != (error is None),
+            "with a schema, answer() sets exactly one of parsed / json_error",
+            f"with a schema, answer() gave parsed={parsed!r:.60} json_error={error!r:.60}",
+        )
+
+
+def _finish(report: PolicyCheckReport, raise_on_problem: bool) -> PolicyCheckReport:
+    if raise_on_problem and report.problems:
+        raise PolicyCheckError(
+            f"policy {report.name} breaks the Policy contract:\n- " + "\n- ".join(report.problems)
+        )
+    return report

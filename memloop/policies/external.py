@@ -1,0 +1,395 @@
+"""External memory through mem0ai 1.x: AWE (LLM fact extraction + ADD/UPDATE/DELETE
+reconciliation) and RAG (raw messages, no LLM write), both retrieving the top-k memories for the
+user's message and showing them, with the newest raw messages, in context.
+
+mem0's own LLM and embedder are replaced after construction: its LLM calls go through the shared
+ChatClient (tag "memory": cached, counted, bounded, schema-constrained) and embeddings come from
+one SentenceTransformer per process. The vector store is an in-memory Qdrant per policy and the
+mem0 history log a sqlite file in a private folder under the workdir; a checkpoint stores the
+memories with their vectors, so loading needs no re-embedding and no LLM call.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+from memloop.core.settings import apply_offline_defaults
+
+apply_offline_defaults()  # mem0 reads MEM0_TELEMETRY / MEM0_DIR when it is imported
+
+from mem0 import Memory  # noqa: E402
+from qdrant_client import QdrantClient  # noqa: E402
+from qdrant_client.models import PointStruct  # noqa: E402
+
+from memloop.core.errors import UserError  # noqa: E402
+from memloop.core.files import atomic_write_json  # noqa: E402
+from memloop.llm.client import ChatClient  # noqa: E402
+from memloop.policies.base import (  # noqa: E402
+    ASSISTANT_INTRO,
+    BasePolicy,
+    Message,
+    MessageBuffer,
+    read_json,
+    render_transcript,
+    simulated_time,
+)
+from memloop.policies.config import AWEConfig, RAGConfig  # noqa: E402
+from memloop.policies.embedder import SharedEmbedder  # noqa: E402
+from memloop.policies.programs import AWEProgram, load_program, program_prompts, save_program  # noqa: E402
+
+USER_ID = "user"
+COLLECTION = "memories"
+MEMORIES_FILE = "memories.json"
+PROGRAM_FILE = "program.json"
+
+# mem0 logs every memory operation at INFO and parse failures at ERROR; we count those ourselves.
+logging.getLogger("mem0").setLevel(logging.CRITICAL)
+
+FACTS_SCHEMA = {
+    "type": "object",
+    "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
+    "required": ["facts"],
+    "additionalProperties": False,
+}
+_MEMORY_ID = re.compile(r"'id': '(\d+)'")
+
+
+def memory_actions_schema(valid_ids: list[str]) -> dict[str, Any]:
+    """The reconciliation answer mem0 parses. mem0 numbers the existing memories it shows 0..n-1
+    and silently drops an UPDATE or DELETE of any other id, so the ids are an enum ("new" for
+    additions): a small model then cannot invent one.
+    """
+    return {
+        "type": "object",
+        "properties": {
+            "memory": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string", "enum": [*valid_ids, "new"]},
+                        "text": {"type": "string"},
+                        "event": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
+                        "old_memory": {"type": "string"},
+                    },
+                    "required": ["id", "text", "event", "old_memory"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["memory"],
+        "additionalProperties": False,
+    }
+
+
+class Mem0ChatLLM:
+    """mem0's LLM interface over memloop's ChatClient. mem0 sends two kinds of request: fact
+    extraction (a system prompt + 'Input: ...') and reconciliation (one user message); each gets
+    its JSON schema, so even a small model answers in the shape mem0 parses.
+    """
+
+    def __init__(self, client: ChatClient, component: str = "memory"):
+        self.client = client
+        self.component = component
+        self.config = SimpleNamespace(model=client.endpoint.model)
+        self.schema_failures = 0
+        self._fatal: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def generate_response(
+        self,
+        messages: list[dict[str, Any]],
+        response_format: Any = None,
+        tools: Any = None,
+        tool_choice: str = "auto",
+        **kwargs: Any,
+    ) -> str:
+        if messages and messages[0].get("role") == "system":
+            schema = FACTS_SCHEMA
+        elif response_format is not None:
+            prompt = str(messages[-1].get("content", "")) if messages else ""
+            ids = sorted(set(_MEMORY_ID.findall(prompt)), key=int)
+            schema = memory_actions_schema(ids)
+        else:
+            schema = None
+        try:
+            result = self.client.chat(messages, component=self.component, schema=schema)
+        except UserError as exc:
+            # mem0 swallows exceptions of the reconciliation call; keep it to re-raise after add.
+            with self._lock:
+                self._fatal = exc
+            raise
+        if not result.ok:
+            with self._lock:
+                self.schema_failures += 1
+        return result.text
+
+    def take_fatal(self) -> BaseException | None:
+        with self._lock:
+            fatal, self._fatal = self._fatal, None
+        return fatal
+
+
+class _ExternalMemoryPolicy(BasePolicy):
+    infer: ClassVar[bool]
+    config: AWEConfig | RAGConfig
+
+    def __init__(
+        self,
+        config,
+        client: ChatClient,
+        workdir: Path | str | None = None,
+        prompts: dict[str, str] | None = None,
+    ):
+        super().__init__(config, client, workdir)
+        self.program = AWEProgram(**(prompts or {})) if self.infer else None
+        self.buffer = MessageBuffer(config.update_freq, config.short_term_len)
+        self.writes = 0
+        self.events = {"ADD": 0, "UPDATE": 0, "DELETE": 0}
+        self.embedder = SharedEmbedder(config.embedding_model)
+        self.llm = Mem0ChatLLM(client, "memory")
+        base = Path(workdir) if workdir is not None else None
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        self._private_dir = Path(tempfile.mkdtemp(prefix=f"{self.kind}-", dir=base))
+        self._qdrant = QdrantClient(location=":memory:")
+        prompts_now = self.prompts()
+        mem0_config: dict[str, Any] = {
+            "vector_store": {
+                "provider": "qdrant",
+                "config": {
+                    "collection_name": COLLECTION,
+                    "embedding_model_dims": self.embedder.dims,
+                    "client": self._qdrant,
+                },
+            },
+            # Placeholders only: both are replaced below before any call is made.
+            "llm": {
+                "provider": "openai",
+                "config": {
+                    "model": "replaced-by-memloop",
+                    "api_key": "unused",
+                    "openai_base_url": "http://127.0.0.1:9/unused",
+                },
+            },
+            "embedder": {
+                "provider": "openai",
+                "config": {
+                    "model": "replaced-by-memloop",
+                    "api_key": "unused",
+                    "openai_base_url": "http://127.0.0.1:9/unused",
+                    "embedding_dims": self.embedder.dims,
+                },
+            },
+            "history_db_path": str(self._private_dir / "mem0-history.sqlite"),
+            "version": "v1.1",
+        }
+        if self.infer:
+            mem0_config["custom_fact_extraction_prompt"] = prompts_now["fact_extraction"]
+            mem0_config["custom_update_memory_prompt"] = prompts_now["memory_update"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "payload indexes have no effect in local Qdrant"
+            self.memory = Memory.from_config(mem0_config)
+        self.memory.llm = self.llm
+        self.memory.embedding_model = self.embedder
+
+    # -- prompts ------------------------------------------------------------------------------
+
+    def prompts(self) -> dict[str, str]:
+        return program_prompts(self.program) if self.program is not None else {}
+
+    def _fresh(self, prompts: dict[str, str]) -> _ExternalMemoryPolicy:
+        return type(self)(self.config, self.client, self.workdir, prompts=prompts or None)
+
+    def _sync_prompts(self) -> None:
+        """Hand the program's instructions to mem0 (after a load replaced them)."""
+        if self.program is None:
+            return
+        prompts = self.prompts()
+        self.memory.config.custom_fact_extraction_prompt = prompts["fact_extraction"]
+        self.memory.config.custom_update_memory_prompt = prompts["memory_update"]
+        self.memory.custom_fact_extraction_prompt = prompts["fact_extraction"]
+        self.memory.custom_update_memory_prompt = prompts["memory_update"]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def retrieve(self, query: str) -> list[str]:
+        """The top-k memories for `query`, oldest write first, each as shown in context."""
+        hits = self.memory.search(query, user_id=USER_ID, limit=self.config.top_k)["results"]
+        hits.sort(
+            key=lambda h: (int((h.get("metadata") or {}).get("write_step") or 0), h["memory"])
+        )
+        lines = []
+        for hit in hits:
+            stamp = (hit.get("metadata") or {}).get("sim_time")
+            text = hit["memory"]
+            # A raw message that carries its own time tag needs no second one.
+            lines.append(f"[{stamp}] {text}" if stamp and simulated_time(text) is None else text)
+        return lines
+
+    def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
+        retrieved = self.retrieve(user_message)
+        listing = "\n".join(f"- {line}" for line in retrieved) if retrieved else "(none)"
+        system = (
+            f"{ASSISTANT_INTRO}\n\nMemories about the user that may be relevant, oldest "
+            f"first (a [date] is when it was noted):\n{listing}"
+        )
+        messages = [
+            {"role": "system", "content": system},
+            *self.buffer.messages,
+            {"role": "user", "content": user_message},
+        ]
+        return messages, retrieved
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _remember(self, user_message: str, assistant_message: str) -> None:
+        self.buffer.append("user", user_message, self.sim_time)
+        self.buffer.append("assistant", assistant_message, self.sim_time)
+        for batch, time in self.buffer.due_batches():
+            self._write(batch, time)
+
+    def _write(self, batch: list[Message], time: str | None) -> None:
+        metadata = {"write_step": self.writes + 1, "sim_time": time}
+        result = self.memory.add(
+            self._to_mem0(batch), user_id=USER_ID, metadata=metadata, infer=self.infer
+        )
+        fatal = self.llm.take_fatal()
+        if fatal is not None:
+            raise fatal
+        self.writes += 1
+        for item in result.get("results", []):
+            if item.get("event") in self.events:
+                self.events[item["event"]] += 1
+
+    def _to_mem0(self, batch: list[Message]) -> list[Message]:
+        return batch
+
+    # -- views and state ----------------------------------------------------------------------
+
+    def _points(self, with_vectors: bool) -> list[Any]:
+        points: list[Any] = []
+        offset = None
+        while True:
+            page, offset = self._qdrant.scroll(
+                COLLECTION, limit=256, offset=offset, with_payload=True, with_vectors=with_vectors
+            )
+            points.extend(page)
+            if offset is None:
+                return points
+
+    def memory_texts(self) -> list[str]:
+        return sorted(p.payload.get("data", "") for p in self._points(with_vectors=False))
+
+    def memory_view(self) -> str:
+        texts = self.memory_texts()
+        parts = [f"Stored memories ({len(texts)}):", *(f"- {t}" for t in texts)]
+        if self.buffer.messages:
+            parts += [
+                "",
+                "Recent messages not yet written to memory:",
+                render_transcript(self.buffer.messages),
+            ]
+        return "\n".join(parts)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **super().stats(),
+            "memories": len(self._points(with_vectors=False)),
+            "writes": self.writes,
+            "write_errors": self.llm.schema_failures,
+            **{f"events_{k.lower()}": v for k, v in self.events.items()},
+            "buffered_messages": len(self.buffer.messages),
+        }
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "buffer": self.buffer.state(),
+            "writes": self.writes,
+            "events": self.events,
+            "write_errors": self.llm.schema_failures,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.buffer = MessageBuffer.from_state(
+            self.config.update_freq, self.config.short_term_len, state["buffer"]
+        )
+        self.writes = int(state["writes"])
+        self.events = {k: int(v) for k, v in state["events"].items()}
+        self.llm.schema_failures = int(state["write_errors"])
+
+    def _save_extra(self, directory: Path) -> None:
+        points = [
+            {"id": str(p.id), "payload": p.payload, "vector": list(p.vector)}
+            for p in self._points(with_vectors=True)
+        ]
+        points.sort(
+            key=lambda p: (
+                int(p["payload"].get("write_step") or 0),
+                p["payload"].get("data", ""),
+                p["id"],
+            )
+        )
+        atomic_write_json(
+            directory / MEMORIES_FILE,
+            sort_keys=True,
+            value={"dims": self.embedder.dims, "points": points},
+            indent=None,
+        )
+        if self.program is not None:
+            save_program(self.program, directory / PROGRAM_FILE)
+
+    def _load_extra(self, directory: Path) -> None:
+        data = read_json(directory / MEMORIES_FILE)
+        if data.get("dims") != self.embedder.dims:
+            raise UserError(
+                f"{directory / MEMORIES_FILE}: vectors of {data.get('dims')} "
+                f"dimensions, but embedding_model gives {self.embedder.dims}"
+            )
+        if self.program is not None:
+            load_program(self.program, directory / PROGRAM_FILE)
+            self._sync_prompts()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.memory.vector_store.reset()
+        if data["points"]:
+            self._qdrant.upsert(
+                COLLECTION,
+                points=[
+                    PointStruct(id=p["id"], vector=p["vector"], payload=p["payload"])
+                    for p in data["points"]
+                ],
+            )
+
+    def close(self) -> None:
+        try:
+            self.memory.close()
+            self._qdrant.close()
+        finally:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+
+
+class AWEPolicy(_ExternalMemoryPolicy):
+    """Agentic write, external (mem0 with infer=True)."""
+
+    kind = "awe"
+    infer = True
+
+
+class RAGPolicy(_ExternalMemoryPolicy):
+    """Raw messages in the vector store (mem0 with infer=False: embeddings only, no LLM)."""
+
+    kind = "rag"
+    infer = False
+
+    def _to_mem0(self, batch: list[Message]) -> list[Message]:
+        # The speaker is part of the text, so a retrieved message says who said it.
+        return [{"role": m["role"], "content": f"{m['role']}: {m['content']}"} for m in batch]
