@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import serve_in_subprocess
+from memloop.testing.fake_server import serve_in_subprocess
 
 
 def overhead(calls: int, workdir: Path) -> dict:

@@ -8,7 +8,7 @@ from memloop.environment.exposure_check import check_exposure
 from memloop.environment.procedural import generate_procedural
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing.fake_server import FakeOpenAIServer
 
 
 def test_agreement_counts_recovered_values(tmp_path):

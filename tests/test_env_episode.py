@@ -23,50 +23,7 @@ from memloop.environment.procedural import generate_procedural
 from memloop.environment.simulator import SimulatorConfig, UserSimulator, hidden_values_named
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
-
-
-class EchoPolicy:
-    """Remembers every user message verbatim; answers by echoing. Enough to drive the runner."""
-
-    name = "echo"
-
-    def __init__(self, delay_s: float = 0.0):
-        self.seen: list[str] = []
-        self.delay_s = delay_s
-        self.respond_calls = 0
-
-    def respond(self, user_message: str) -> str:
-        self.respond_calls += 1
-        time.sleep(self.delay_s)
-        self.seen.append(user_message)
-        return f"echo: {user_message[-40:]}"
-
-    def ingest(self, user_message: str, assistant_message: str) -> None:
-        self.seen.append(user_message)
-
-    def answer(self, prompt, *, schema=None):
-        raise NotImplementedError
-
-    def memory_view(self) -> str:
-        return "\n".join(self.seen)
-
-    def prompts(self):
-        return {}
-
-    def with_prompts(self, prompts):
-        return EchoPolicy()
-
-    def save(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "seen.json").write_text(json.dumps(self.seen))
-
-    def load(self, directory: Path):
-        self.seen = json.loads((directory / "seen.json").read_text())
-        return self
-
-    def close(self) -> None:
-        pass
+from memloop.testing import FakeOpenAIServer, ScriptedPolicy
 
 
 def fake_client(server: FakeOpenAIServer, tmp_path: Path) -> ChatClient:
@@ -85,7 +42,7 @@ def test_on_policy_episode_structure(tmp_path, item):
         sim = UserSimulator(
             fake_client(fake, tmp_path), SimulatorConfig(rounds_init=1, rounds_update=2)
         )
-        policy = EchoPolicy()
+        policy = ScriptedPolicy()
         probed = []
         runner = EpisodeRunner(
             item,
@@ -108,7 +65,7 @@ def test_on_policy_episode_structure(tmp_path, item):
     n_sessions = sum(len(item.periods[p].sessions) for p in range(1, 4))
     assert len(fake.requests) == n_sessions
     assert (period_dir(tmp_path / "u", 3) / "record.json").is_file()
-    assert (period_dir(tmp_path / "u", 3) / "policy" / "seen.json").is_file()
+    assert (period_dir(tmp_path / "u", 3) / "policy" / "scripted.json").is_file()
 
 
 def test_simulator_prompt_hides_non_exposed_variables(tmp_path, item):
@@ -150,14 +107,14 @@ def test_off_policy_replay_feeds_recorded_turns(tmp_path, item):
     with FakeOpenAIServer(reply="Tell me more.") as fake:
         run_episodes(
             [item],
-            lambda uid, wd, c: EchoPolicy(),
+            lambda uid, wd, c: ScriptedPolicy(),
             fake_client(fake, tmp_path),
             tmp_path / "onpolicy",
             periods=2,
             progress=False,
         )
     replay = load_replay(tmp_path / "onpolicy", item.id)
-    policy = EchoPolicy()
+    policy = ScriptedPolicy()
     result = EpisodeRunner(item, policy, tmp_path / "off", replay=replay, periods=2).run()
     assert policy.respond_calls == 0
     assert [r.mode for r in result.records] == ["off_policy", "off_policy"]
@@ -171,14 +128,14 @@ KILL_SCRIPT = """
 import sys, json
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from tests.test_env_episode import EchoPolicy
+from memloop.testing import ScriptedPolicy
 from memloop.environment.episode import run_episodes
 from memloop.environment.procedural import generate_procedural
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 item = generate_procedural(users=1, periods=3, questions=2, seed=7)[0]
 client = ChatClient(Endpoint(model="sim", base_url={url!r}), cache={cache!r})
-run_episodes([item], lambda uid, wd, c: EchoPolicy(delay_s=0.4), client, Path({out!r}),
+run_episodes([item], lambda uid, wd, c: ScriptedPolicy(delay_s=0.4), client, Path({out!r}),
              progress=False)
 """
 
@@ -210,7 +167,7 @@ def test_killed_episode_resumes_from_last_finished_period(tmp_path, item):
         policies = []
 
         def factory(uid, wd, c):
-            policies.append(EchoPolicy())
+            policies.append(ScriptedPolicy())
             return policies[-1]
 
         result = run_episodes([item], factory, fake_client(fake, tmp_path), out, progress=False)[0]
@@ -234,7 +191,7 @@ def test_killed_episode_resumes_from_last_finished_period(tmp_path, item):
 @pytest.mark.real_model
 def test_simulator_holds_two_round_session_on_embedded_model(local_client, item, tmp_path):
     sim = UserSimulator(local_client, SimulatorConfig(rounds_init=1, rounds_update=2))
-    policy = EchoPolicy()
+    policy = ScriptedPolicy()
     runner = EpisodeRunner(item, policy, tmp_path / "u", simulator=sim, periods=2)
     record = runner.run().records[1]
     log = record.sessions[0]

@@ -39,7 +39,7 @@ from memloop.environment.llm_pipeline.step_utterances import exposure_groups
 from memloop.experiments.cli import main
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing.fake_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,35 +12,7 @@ from memloop.environment.procedural import generate_procedural
 from memloop.feedback.evaluate import run_evaluation
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
-from tests.test_env_episode import EchoPolicy
-
-
-@dataclass
-class FakeAnswer:
-    text: str
-    retrieved_memories: list[str] = field(default_factory=list)
-    parsed: object = None
-    json_error: str | None = None
-
-
-class FirstChoicePolicy(EchoPolicy):
-    """Always picks option 1 and believes the first option of every variable; garbles every
-    third multiple-choice answer to exercise json_error."""
-
-    def __init__(self):
-        super().__init__()
-        self.answers = 0
-
-    def answer(self, prompt, *, schema=None):
-        props = schema["properties"]
-        if "answer" in props:
-            self.answers += 1
-            if self.answers % 3 == 0:
-                return FakeAnswer("oops", json_error="not JSON: Expecting value at char 0")
-            return FakeAnswer('{"answer": 1}', ["m1"], {"answer": 1})
-        belief = {v: p["enum"][0] for v, p in props.items()}
-        return FakeAnswer(json.dumps(belief), [], belief)
+from memloop.testing import FakeOpenAIServer, ScriptedPolicy
 
 
 def fake_reply(body):
@@ -59,7 +31,7 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
         client = ChatClient(
             Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "c.sqlite"
         )
-        factory = lambda uid, wd, c: FirstChoicePolicy()  # noqa: E731
+        factory = lambda uid, wd, c: ScriptedPolicy(garble_every=3)  # noqa: E731
         first = run_evaluation(
             items, factory, tmp_path / "out", agent_client=client, progress=False
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memloop.experiments.cli import main
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing.fake_server import FakeOpenAIServer
 
 CANARY = "sk-canary-7f3a9c1e5b2d4f60a8b1"
 

@@ -12,7 +12,7 @@ from memloop.llm.cache import ResponseCache, cache_key
 from memloop.llm.client import ChatClient, LLMRequestError
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.errors import EndpointUnreachable
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing.fake_server import FakeOpenAIServer
 
 MSGS = [{"role": "user", "content": "hi"}]
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}

@@ -11,40 +11,12 @@ import pytest
 
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing import FakeOpenAIServer, scripted_builder
 from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
-from tests.test_feedback_evaluate import FirstChoicePolicy
 
 
-class PromptedPolicy(FirstChoicePolicy):
-    """A scripted policy with one mutable prompt; remembers user turns."""
-
-    def __init__(self, prompts=None):
-        super().__init__()
-        self._prompts = dict(prompts or {"writer": "Remember what the user says."})
-
-    def prompts(self):
-        return dict(self._prompts)
-
-    def with_prompts(self, prompts, keep_memory=False):
-        twin = PromptedPolicy({**self._prompts, **prompts})
-        if keep_memory:
-            twin.seen = list(self.seen)
-        return twin
-
-    def save(self, directory):
-        super().save(directory)
-        (Path(directory) / "prompts.json").write_text(json.dumps(self._prompts))
-
-    def load(self, directory):
-        super().load(directory)
-        self._prompts = json.loads((Path(directory) / "prompts.json").read_text())
-        return self
-
-
-def builder(config, client, workdir, prompts=None):
-    return PromptedPolicy(prompts)
+builder = scripted_builder(garble_every=3)
 
 
 def is_evolver_request(body) -> bool:
@@ -303,19 +275,20 @@ def test_compare_counts_cycles_where_the_memory_score_is_undefined(tmp_path):
 KILL_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
-from tests.test_optimize_loop import builder
+from memloop.testing import scripted_builder
+from memloop.testing.policies import ScriptedPolicy
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig, load_config
 from memloop.optimize.evolve import run_evolve
-import tests.test_optimize_loop as t
 import time
-orig = t.PromptedPolicy.respond
+orig = ScriptedPolicy.respond
 def slow(self, msg):
     time.sleep(0.15)
     return orig(self, msg)
-t.PromptedPolicy.respond = slow
+ScriptedPolicy.respond = slow
+builder = scripted_builder(garble_every=3)
 config = load_config({config!r}, EvolveConfig)
 client = ChatClient(Endpoint(model="m", base_url={url!r}), cache={cache!r})
 run_evolve(config, progress=False, clients=RoleClients(client, client, client, client),

@@ -1,20 +1,23 @@
-"""check_policy: every shipped policy passes it (against a scripted LLM), and it catches policies
-that break the contract."""
+"""check_policy: every shipped policy and every test double passes it (against a scripted LLM),
+and it catches policies that break the contract."""
 
 from __future__ import annotations
 
-import pytest
-from fake_llm import ScriptedMemoryLLM
-from test_policies_config import SHIPPED
+from pathlib import Path
 
+import pytest
+
+import memloop
 from memloop.environment.policy import AnswerLike, Policy
+from memloop.environment.policy_check import POLICY_MEMBERS, PolicyCheckError, check_policy
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
-from memloop.policies import AWIConfig, NativeConfig, build_policy, check_policy, load_policy_config
+from memloop.policies import AWIConfig, NativeConfig, build_policy, load_policy_config
 from memloop.policies.awi import AWIPolicy
-from memloop.policies.check import PolicyCheckError
 from memloop.policies.native import NativePolicy
+from memloop.testing import FakeOpenAIServer, ScriptedMemoryLLM, ScriptedPolicy
+
+SHIPPED = Path(memloop.__file__).parent / "experiments" / "policies"
 
 
 def writer(text, body):
@@ -64,8 +67,27 @@ class WritingProbe(AWIPolicy):
 
 
 class SelfEvolving(NativePolicy):
-    def with_prompts(self, prompts):
+    def with_prompts(self, prompts, *, keep_memory=False):
         return self
+
+
+class KeepMemoryIgnored(NativePolicy):
+    def with_prompts(self, prompts, *, keep_memory=False):
+        return super().with_prompts(prompts)  # drops the memory it was asked to keep
+
+
+class AcceptsAnyPrompt(ScriptedPolicy):
+    def with_prompts(self, prompts, *, keep_memory=False):
+        twin = AcceptsAnyPrompt({**self._prompts, **prompts})
+        twin.seen = list(self.seen) if keep_memory else []
+        return twin
+
+
+class ClosesOnce(ScriptedPolicy):
+    def close(self):
+        if self.closed:
+            raise RuntimeError("already closed")
+        self.closed = True
 
 
 class ForgetfulCheckpoint(NativePolicy):
@@ -84,6 +106,11 @@ class ForgetfulCheckpoint(NativePolicy):
             NativeConfig(),
             "memory_view() after load differs from the saved policy's",
         ),
+        (
+            KeepMemoryIgnored,
+            NativeConfig(),
+            "the policy from with_prompts(keep_memory=True) does not hold the original's memory",
+        ),
     ],
 )
 def test_check_policy_catches_broken_policies(fake, tmp_path, cls, config, problem):
@@ -92,3 +119,46 @@ def test_check_policy_catches_broken_policies(fake, tmp_path, cls, config, probl
         check_policy(lambda: cls(config, client, tmp_path))
     report = check_policy(lambda: cls(config, client, tmp_path), raise_on_problem=False)
     assert not report.ok and problem in report.problems
+
+
+@pytest.mark.parametrize(
+    "cls, problem",
+    [
+        (AcceptsAnyPrompt, "with_prompts({'no_such_prompt_name': ...}) was accepted"),
+        (ClosesOnce, "a second close() raised RuntimeError('already closed')"),
+    ],
+)
+def test_check_policy_catches_broken_doubles(cls, problem):
+    report = check_policy(cls, raise_on_problem=False)
+    assert [p for p in report.problems if p.startswith(problem)], report.problems
+    assert len(report.problems) == 1  # nothing else is wrong with these doubles
+
+
+def test_scripted_policy_passes_and_members_come_from_the_protocol():
+    report = check_policy(ScriptedPolicy)
+    assert report.ok and len(report.checks) > 20
+    assert POLICY_MEMBERS == (
+        "name",
+        "respond",
+        "ingest",
+        "answer",
+        "memory_view",
+        "prompts",
+        "with_prompts",
+        "save",
+        "load",
+        "close",
+    )
+
+
+def test_a_policy_missing_a_member_is_named():
+    class NoIngest:
+        name = "no-ingest"
+
+        def __getattr__(self, attr):
+            if attr == "ingest":
+                raise AttributeError(attr)
+            return getattr(ScriptedPolicy(), attr)
+
+    report = check_policy(NoIngest, raise_on_problem=False)
+    assert report.problems == ["missing members: ingest"]

@@ -8,12 +8,12 @@ import json
 import re
 
 import pytest
-from fake_llm import ScriptedMemoryLLM, conversation_of
+from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
 
 from memloop.core.errors import UserError
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing.fake_server import FakeOpenAIServer
 from memloop.policies import AWEConfig, RAGConfig, build_policy
 
 

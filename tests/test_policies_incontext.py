@@ -8,14 +8,14 @@ import json
 import re
 
 import pytest
-from fake_llm import ScriptedMemoryLLM, conversation_of
+from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memloop.core.errors import UserError
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.fake_server import FakeOpenAIServer
+from memloop.testing.fake_server import FakeOpenAIServer
 from memloop.policies import AWIConfig, NativeConfig, build_policy
 from memloop.policies.awi import apply_edits, normalize_label
 from memloop.policies.base import MessageBuffer, estimate_messages_tokens, estimate_tokens

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from memloop.policies import (
-    AWEConfig,
-    AWIConfig,
-    NativeConfig,
-    RAGConfig,
-    build_policy,
-    check_policy,
-)
+from memloop.environment.policy_check import check_policy
+from memloop.policies import AWEConfig, AWIConfig, NativeConfig, RAGConfig, build_policy
 
 pytestmark = pytest.mark.real_model
 

@@ -1,5 +1,6 @@
 """The assistants under test: native LLM, AWI, AWE and RAG memory policies behind the Policy
-contract (environment/policy.py), their configurations, and the `check_policy` conformance check.
+contract (environment/policy.py; its conformance suite is environment/policy_check.py) and
+their configurations.
 
 The heavy libraries (DSPy, mem0, sentence-transformers) load only when a policy is built.
 """
@@ -31,7 +32,6 @@ __all__ = [
     "PolicyConfig",
     "RAGConfig",
     "build_policy",
-    "check_policy",
     "load_policy_config",
     "parse_policy_config",
 ]
@@ -70,10 +70,3 @@ def build_policy(
         policy.close()
         policy = fresh
     return policy
-
-
-def check_policy(policy_factory, **kwargs: Any):
-    """See policies.check.check_policy."""
-    from memloop.policies.check import check_policy as _check
-
-    return _check(policy_factory, **kwargs)

@@ -1,7 +1,9 @@
-"""A scriptable stand-in for the model behind the policies, for tests without a real LLM: give it
-to `llm.fake_server.FakeOpenAIServer(reply=...)`. It tells the policies' requests apart (chat
-reply, probe, AWI writer, mem0 fact extraction, mem0 reconciliation) and answers each with the
-handler given for it; every request is also logged by kind."""
+"""A scriptable stand-in for the model behind the policies, for tests without a real LLM.
+
+Give it to :class:`memloop.testing.FakeOpenAIServer` as ``reply=``. It tells the policies'
+requests apart (chat reply, probe, AWI writer, mem0 fact extraction, mem0 reconciliation) and
+answers each with the handler given for it; every request is also logged by kind.
+"""
 
 from __future__ import annotations
 

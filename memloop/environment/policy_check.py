@@ -1,8 +1,12 @@
-"""`check_policy`: a conformance check for any Policy implementation, in the spirit of
-Gymnasium's `check_env`. It drives fresh policies through a tiny scripted conversation and checks
-the contract's promises: probes never write memory, `with_prompts` returns a new policy and leaves
-the original alone, save/load round-trips, replaying a conversation with `ingest` remembers what
-holding it did, and the same script gives the same memory twice.
+"""``check_policy``: the conformance suite of the Policy contract, beside its Protocol.
+
+In the spirit of Gymnasium's ``check_env``: it drives fresh policies through a tiny scripted
+conversation and checks every promise of :class:`memloop.environment.policy.Policy` — every member
+of the Protocol is present; probes never write memory; ``with_prompts`` returns a new policy, leaves
+the original alone, starts fresh memory or (``keep_memory=True``) a copy of the original's, and
+rejects unknown prompt names; save/load round-trips memory and prompts; replaying a conversation
+with ``ingest`` remembers what holding it did; the same script gives the same memory and the same
+probe answers twice (under a response cache for LLM-backed policies); ``close()`` twice is safe.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from memloop.core.errors import UserError
+from memloop.environment.policy import Policy
 
 DEFAULT_CONVERSATION = (
     "[Current Time: 2024-01-06 19:40:00]\nHi! I just moved to Lisbon for a new job and I want to "
@@ -29,18 +36,21 @@ PROBE_SCHEMA = {
     "required": ["city"],
     "additionalProperties": False,
 }
-_CONTRACT = (
-    "name",
-    "respond",
-    "ingest",
-    "answer",
-    "memory_view",
-    "prompts",
-    "with_prompts",
-    "save",
-    "load",
-    "close",
-)
+
+
+def protocol_members(protocol: type) -> tuple[str, ...]:
+    """The public members a Protocol declares: annotated attributes and methods, in order."""
+    names = list(getattr(protocol, "__annotations__", {}))
+    names += [
+        name
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and callable(value) and name not in names
+    ]
+    return tuple(names)
+
+
+POLICY_MEMBERS = protocol_members(Policy)
+UNKNOWN_PROMPT = "no_such_prompt_name"
 
 
 class PolicyCheckError(AssertionError):
@@ -68,10 +78,14 @@ def check_policy(
     workdir: Path | str | None = None,
     raise_on_problem: bool = True,
 ) -> PolicyCheckReport:
-    """Check the policies `policy_factory()` builds (each call must return a fresh policy with
-    empty memory). `probe_rounds` x `probes` answers are asked (half with a JSON schema);
-    `forbidden_strings` (e.g. an API key) must not appear in any file `save` writes.
-    Raises PolicyCheckError listing every problem unless `raise_on_problem` is False.
+    """Check the policies ``policy_factory()`` builds.
+
+    Each call of ``policy_factory`` must return a fresh policy with empty memory.
+    ``probe_rounds`` x ``probes`` answers are asked (half with a JSON schema);
+    ``forbidden_strings`` (e.g. an API key) must not appear in any file ``save`` writes.
+
+    Raises:
+        PolicyCheckError: listing every problem, unless ``raise_on_problem`` is False.
     """
     opened: list[Any] = []
 
@@ -92,7 +106,7 @@ def check_policy(
     with tempfile.TemporaryDirectory(prefix="check-policy-", dir=workdir) as tmp:
         tmp_path = Path(tmp)
         try:
-            missing = [attr for attr in _CONTRACT if not hasattr(first, attr)]
+            missing = [attr for attr in POLICY_MEMBERS if not hasattr(first, attr)]
             if not expect(
                 not missing,
                 "has every member of the Policy contract",
@@ -125,11 +139,14 @@ def check_policy(
             view = first.memory_view()
 
             # Probes never write memory.
+            first_answers = []
             for round_ in range(probe_rounds):
                 for i, prompt in enumerate(probes):
                     schema = PROBE_SCHEMA if (round_ + i) % 2 else None
                     answer = first.answer(prompt, schema=schema)
                     _check_answer(answer, schema, expect)
+                    if round_ == 0:
+                        first_answers.append(_answer_record(answer))
             expect(
                 first.memory_view() == view,
                 f"{probe_rounds * len(probes)} probes leave memory_view() unchanged",
@@ -171,6 +188,46 @@ def check_policy(
                     evolved.memory_view() == empty_view,
                     "with_prompts() starts fresh memory",
                     "the policy from with_prompts() does not start with empty memory",
+                )
+                try:
+                    kept = first.with_prompts(changed, keep_memory=True)
+                except Exception as exc:
+                    expect(
+                        False,
+                        "with_prompts(keep_memory=True) works",
+                        f"with_prompts(keep_memory=True) raised {exc!r:.120}",
+                    )
+                else:
+                    opened.append(kept)
+                    expect(
+                        kept is not first and kept.memory_view() == view,
+                        "with_prompts(keep_memory=True) continues with the original's memory",
+                        "the policy from with_prompts(keep_memory=True) does not hold the original's "
+                        "memory",
+                    )
+                    expect(
+                        kept.prompts() == changed,
+                        "with_prompts(keep_memory=True) uses the given prompts",
+                        "the policy from with_prompts(keep_memory=True) does not report the prompts "
+                        "it was given",
+                    )
+                    expect(
+                        first.memory_view() == view and first.prompts() == prompts,
+                        "with_prompts(keep_memory=True) leaves the original unchanged",
+                        "with_prompts(keep_memory=True) changed the original policy",
+                    )
+                try:
+                    stray = first.with_prompts({UNKNOWN_PROMPT: "Remember everything."})
+                except (UserError, ValueError, KeyError):
+                    rejected = True
+                else:
+                    rejected = False
+                    opened.append(stray)
+                expect(
+                    rejected,
+                    "with_prompts() rejects an unknown prompt name",
+                    f"with_prompts({{{UNKNOWN_PROMPT!r}: ...}}) was accepted (expected UserError, "
+                    "ValueError or KeyError)",
                 )
                 # Evolved prompts survive a checkpoint.
                 evolved.save(tmp_path / "evolved")
@@ -219,7 +276,7 @@ def check_policy(
                 "replaying the held turns with ingest() gives a different memory_view()",
             )
 
-            # Same script, same memory.
+            # Same script, same memory and the same probe answers (the records of a run).
             again = fresh()
             for message in conversation:
                 again.respond(message)
@@ -228,6 +285,25 @@ def check_policy(
                 "the same conversation gives the same memory",
                 "a second run of the same conversation gives a different memory_view()",
             )
+            again_answers = [
+                _answer_record(again.answer(prompt, schema=PROBE_SCHEMA if i % 2 else None))
+                for i, prompt in enumerate(probes)
+            ]
+            expect(
+                again_answers == first_answers,
+                "the same conversation and probes give the same answers",
+                "a second run of the same conversation gives different probe answers",
+            )
+
+            # close() twice is safe.
+            twice = policy_factory()
+            try:
+                twice.close()
+                twice.close()
+            except Exception as exc:
+                expect(False, "close() twice is safe", f"a second close() raised {exc!r:.120}")
+            else:
+                expect(True, "close() twice is safe", "")
         finally:
             for policy in opened:
                 try:
@@ -237,7 +313,18 @@ def check_policy(
     return _finish(report, raise_on_problem)
 
 
-def _check_answer(answer: Any, schema: dict[str, Any] | None, expect) -> None:
+def _answer_record(answer: Any) -> tuple[Any, ...]:
+    return (
+        getattr(answer, "text", None),
+        getattr(answer, "parsed", None),
+        getattr(answer, "json_error", None),
+        list(getattr(answer, "retrieved_memories", None) or []),
+    )
+
+
+def _check_answer(
+    answer: Any, schema: dict[str, Any] | None, expect: Callable[[bool, str, str], bool]
+) -> None:
     expect(
         isinstance(getattr(answer, "text", None), str),
         "answer().text is str",

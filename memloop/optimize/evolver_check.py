@@ -1,0 +1,132 @@
+"""``check_evolver``: the conformance suite of the Evolver contract, beside its Protocol.
+
+An :class:`memloop.optimize.evolvers.Evolver` turns (prompts, feedback summary) into an
+:class:`~memloop.optimize.evolvers.EvolveStep`. The suite checks its promises on a small scripted
+summary: every member of the Protocol is present; the inputs are not mutated; the step holds the
+same prompt names as the input, each a non-empty text; and two evolvers from the same factory
+(sharing a response cache, for LLM-backed ones) propose the same step from the same inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memloop.environment.policy_check import protocol_members
+from memloop.optimize.evolvers import Evolver, EvolveStep
+
+EVOLVER_MEMBERS = protocol_members(Evolver)
+
+DEFAULT_PROMPTS = {
+    "writer": "Write down the facts the user states about themselves, one per line.",
+    "update": "When a new fact contradicts a stored one, replace the stored one.",
+}
+DEFAULT_SUMMARY: dict[str, Any] = {
+    "users": [
+        {
+            "user": "u1",
+            "questions": [
+                {
+                    "question": "Which gym schedule suits me now?",
+                    "retrieved_memories": ["works night shifts"],
+                    "chosen": 2,
+                    "correct": 1,
+                }
+            ],
+            "state_updates": {"work_schedule": "day shifts"},
+        }
+    ]
+}
+
+
+class EvolverCheckError(AssertionError):
+    """One or more promises of the Evolver contract are broken; the message lists them."""
+
+
+@dataclass
+class EvolverCheckReport:
+    name: str
+    checks: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_evolver(
+    evolver_factory: Callable[[], Any],
+    *,
+    prompts: Mapping[str, str] = DEFAULT_PROMPTS,
+    summary: Mapping[str, Any] = DEFAULT_SUMMARY,
+    cycle: int = 0,
+    raise_on_problem: bool = True,
+) -> EvolverCheckReport:
+    """Check the evolvers ``evolver_factory()`` builds.
+
+    Two evolvers are built and each proposes once from the same inputs; an LLM-backed factory
+    must give both the same response cache, so that the contract's determinism can hold.
+
+    Raises:
+        EvolverCheckError: listing every problem, unless ``raise_on_problem`` is False.
+    """
+    first = evolver_factory()
+    report = EvolverCheckReport(name=str(getattr(first, "name", type(first).__name__)))
+
+    def expect(condition: bool, check: str, problem: str) -> bool:
+        report.checks.append(check)
+        if not condition:
+            report.problems.append(problem)
+        return condition
+
+    missing = [m for m in EVOLVER_MEMBERS if not hasattr(first, m)]
+    if not expect(
+        not missing, "has every member of the Evolver contract", f"missing: {', '.join(missing)}"
+    ):
+        return _finish(report, raise_on_problem)
+    expect(
+        isinstance(first.name, str) and bool(first.name),
+        "name is a non-empty str",
+        f"name is {first.name!r}",
+    )
+
+    given_prompts, given_summary = dict(prompts), copy.deepcopy(dict(summary))
+    before = (copy.deepcopy(given_prompts), copy.deepcopy(given_summary))
+    step = first.propose(given_prompts, given_summary, cycle=cycle)
+    expect(
+        (given_prompts, given_summary) == before,
+        "propose() leaves its inputs unchanged",
+        "propose() mutated the prompts or the summary it was given",
+    )
+    if not expect(
+        isinstance(step, EvolveStep),
+        "propose() returns an EvolveStep",
+        f"propose() returned {type(step).__name__}",
+    ):
+        return _finish(report, raise_on_problem)
+    expect(
+        set(step.prompts) == set(given_prompts),
+        "the step holds the same prompt names as the input",
+        f"prompt names in {sorted(given_prompts)}, out {sorted(step.prompts)}",
+    )
+    empty = [k for k, v in step.prompts.items() if not isinstance(v, str) or not v.strip()]
+    expect(not empty, "every proposed prompt is non-empty text", f"empty prompts: {empty}")
+
+    second = evolver_factory()
+    again = second.propose(dict(prompts), copy.deepcopy(dict(summary)), cycle=cycle)
+    expect(
+        isinstance(again, EvolveStep) and again.prompts == step.prompts,
+        "the same inputs give the same proposal (deterministic under the response cache)",
+        "a second evolver from the same factory proposed different prompts",
+    )
+    return _finish(report, raise_on_problem)
+
+
+def _finish(report: EvolverCheckReport, raise_on_problem: bool) -> EvolverCheckReport:
+    if raise_on_problem and report.problems:
+        raise EvolverCheckError(
+            f"evolver {report.name} breaks the Evolver contract:\n- " + "\n- ".join(report.problems)
+        )
+    return report

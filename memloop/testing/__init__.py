@@ -1,0 +1,27 @@
+"""Fakes and test doubles for memloop's tests and for users testing their own policies.
+
+- :class:`FakeOpenAIServer`: a loopback OpenAI-compatible chat server with scripted replies;
+- :class:`ScriptedMemoryLLM`: a reply function that tells the policies' requests apart;
+- :class:`ScriptedPolicy`: a deterministic, model-free policy that passes ``check_policy``;
+- :class:`ScriptedEvolver`: a deterministic, model-free evolver that passes ``check_evolver``.
+
+The conformance suites themselves live beside their Protocols:
+:func:`memloop.environment.policy_check.check_policy` and
+:func:`memloop.optimize.evolver_check.check_evolver`.
+"""
+
+from memloop.testing.evolvers import ScriptedEvolver
+from memloop.testing.fake_server import FakeOpenAIServer
+from memloop.testing.policies import ScriptedAnswer, ScriptedPolicy, scripted_builder
+from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
+
+__all__ = [
+    "FakeOpenAIServer",
+    "ScriptedAnswer",
+    "ScriptedEvolver",
+    "ScriptedMemoryLLM",
+    "ScriptedPolicy",
+    "conversation_of",
+    "request_kind",
+    "scripted_builder",
+]
