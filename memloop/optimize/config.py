@@ -10,9 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memloop.core.config import load_yaml_model
+from memloop.feedback.summary import FeedbackMode
 from memloop.core.errors import UserError
 
-FeedbackModeName = Literal["none", "question_only", "complete", "diagnostic"]
 EvolverName = Literal["none", "reflective", "gepa"]
 
 
@@ -73,7 +73,7 @@ class EvolveConfig(_Strict):
     experiment: str | None = Field(None, description="MLflow experiment (default: file name)")
     environment: EnvSpec
     policy: str = Field(description="policy YAML, e.g. ../policies/awi.yaml")
-    feedback_modes: list[FeedbackModeName] = Field(["complete"], min_length=1)
+    feedback_modes: list[FeedbackMode] = Field(["complete"], min_length=1)
     evolvers: list[EvolverName] = Field(["reflective"], min_length=1)
     cadence: Literal["episode", "period"] = "episode"
     cycles: int = Field(3, ge=1, description="evolution cycles (episode cadence)")

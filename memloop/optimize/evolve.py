@@ -109,13 +109,9 @@ def episode_summary(
 
 
 def metric_row(metrics: dict[str, Any], prefix: str = "") -> dict[str, float | None]:
-    row = {
-        f"{prefix}memory_score": metrics["memory_score"],
-        f"{prefix}overall": metrics["overall"],
-        f"{prefix}factual_recall": metrics["factual_recall"],
-    }
-    row.update({f"{prefix}{k}": v for k, v in metrics["diagnosis"].items()})
-    return row
+    """The CYCLE_METRICS of a metrics.json dict, each name with ``prefix``."""
+    flat = {**metrics, **metrics["diagnosis"]}
+    return {f"{prefix}{name}": flat[name] for name in CYCLE_METRICS}
 
 
 # ---------------------------------------------------------------- the loop

@@ -33,3 +33,9 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
         )
     )
     print("run folders: " + ", ".join(str(o.run_dir) for o in outcomes))
+    resumed = [o for o in outcomes if o.resumed]
+    if resumed:
+        print(
+            f"{len(resumed)} of {len(outcomes)} runs resumed an earlier MLflow run "
+            "(finished cycles were read back, not redone)"
+        )

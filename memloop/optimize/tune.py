@@ -30,6 +30,7 @@ class TuneOutcome:
     trials: list[dict[str, Any]]
     best: list[dict[str, Any]]
     added: int
+    requeued: int = 0  # interrupted trials of earlier runs put back in the queue
 
 
 def _storage_path(storage: str) -> None:
@@ -197,7 +198,7 @@ def summarize_study(study, config: TuneConfig, added: int, requeued: int = 0) ->
     best = sorted(
         (r for r in rows if r["number"] in best_numbers), key=lambda r: -r["memory_score"]
     )
-    return TuneOutcome(config.study_name, config.storage, rows, best, added)
+    return TuneOutcome(config.study_name, config.storage, rows, best, added, requeued)
 
 
 def format_outcome(outcome: TuneOutcome) -> str:
@@ -217,7 +218,8 @@ def format_outcome(outcome: TuneOutcome) -> str:
     ]
     lines = [
         f"study {outcome.study_name} ({outcome.storage}): {len(outcome.trials)} finished "
-        f"trials, {outcome.added} added now",
+        f"trials, {outcome.added} added now"
+        + (f", {outcome.requeued} interrupted trials re-queued" if outcome.requeued else ""),
         format_table(
             [
                 "trial",

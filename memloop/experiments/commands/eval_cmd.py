@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--parallel-users", type=int, default=2, help="users run concurrently")
     p.add_argument("--cache", metavar="PATH", help="response cache file")
+    p.add_argument(
+        "--replay",
+        metavar="DIR",
+        help="off-policy: feed the conversations recorded by an earlier eval (its --out folder) "
+        "to this policy instead of simulating the user; the recording must match the users, "
+        "periods and sessions",
+    )
     p.set_defaults(func=run_eval)
 
 
@@ -63,8 +70,10 @@ def positive(name: str, value: int | None) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from memloop.core.errors import UserError
     from memloop.core.files import atomic_write_json, file_sha256
     from memloop.environment.datafile import load_items
+    from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
     from memloop.feedback.report import format_metrics
@@ -85,6 +94,13 @@ def run_eval(args: argparse.Namespace) -> int:
         cache=args.cache or "default",
     )
     out = Path(args.out)
+    replay_from = None
+    if args.replay:
+        if Path(args.replay).resolve() == out.resolve():
+            raise UserError(
+                f"--replay {args.replay}: must differ from --out (it would be overwritten)"
+            )
+        replay_from = check_recording(items, args.replay, args.periods)
     out.mkdir(parents=True, exist_ok=True)
     spec = run_spec(
         command="eval",
@@ -95,6 +111,7 @@ def run_eval(args: argparse.Namespace) -> int:
         policy=config.model_dump(mode="json"),
         endpoints=clients.public(),
         rounds={"init": args.rounds_init, "update": args.rounds_update},
+        replay=str(replay_from) if replay_from else None,
     )
     atomic_write_json(out / "spec.json", spec, indent=2)
     result = run_evaluation(
@@ -107,6 +124,7 @@ def run_eval(args: argparse.Namespace) -> int:
         sim_config=SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update),
         periods=args.periods,
         max_users_in_parallel=args.parallel_users,
+        replay_from=replay_from,
     )
     print(format_metrics(result.metrics))
     for note in result.metrics.get("warnings", []):

@@ -1,0 +1,108 @@
+"""`memloop eval --replay DIR`: off-policy evaluation on a recorded run, refused when it does not
+match the users, periods and sessions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import memloop
+from memloop.environment.datafile import save_items
+from memloop.environment.episode import load_record
+from memloop.environment.procedural import generate_procedural
+from memloop.experiments.cli import main
+from memloop.testing import FakeOpenAIServer
+
+POLICIES = Path(memloop.__file__).parent / "experiments" / "policies"
+
+
+def reply(body):
+    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    if schema is None:
+        return "Noted, thanks."
+    props = schema["properties"]
+    if "answer" in props:
+        return json.dumps({"answer": 1})
+    return json.dumps({k: (p["enum"][0] if "enum" in p else "yes") for k, p in props.items()})
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeOpenAIServer(reply=reply) as server:
+        yield server
+
+
+@pytest.fixture
+def recorded(tmp_path, fake):
+    env = tmp_path / "env.json"
+    save_items(generate_procedural(users=2, periods=1, questions=1, seed=3), env)
+    endpoint = tmp_path / "fake.yaml"
+    endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\n")
+    base = ["--env", str(env), "--endpoint", str(endpoint), "--cache", str(tmp_path / "c.db")]
+    out = tmp_path / "onpolicy"
+    before = len(fake.requests)
+    assert main(["eval", *base, "--policy", str(POLICIES / "native.yaml"), "--out", str(out)]) == 0
+    assert simulator_requests(fake.requests[before:]) > 0  # the on-policy run simulated the user
+    return env, base, out
+
+
+def simulator_requests(requests) -> int:
+    return sum(r["messages"][0]["content"].startswith("You play a human user") for r in requests)
+
+
+def user_turns(run: Path) -> list[str]:
+    records = sorted((run / "episodes").glob("*/period_*/record.json"))
+    assert records
+    return [
+        m["content"]
+        for path in records
+        for s in load_record(path).sessions
+        for m in s.messages
+        if m["role"] == "user"
+    ]
+
+
+def test_replay_feeds_the_recorded_conversation(recorded, tmp_path, fake):
+    env, base, out = recorded
+    before = len(fake.requests)
+    replayed = tmp_path / "replayed"
+    args = ["eval", *base, "--policy", str(POLICIES / "awi.yaml"), "--out", str(replayed)]
+    assert main([*args, "--replay", str(out)]) == 0
+    modes = {load_record(p).mode for p in (replayed / "episodes").glob("*/period_*/record.json")}
+    assert modes == {"off_policy"}
+    assert user_turns(replayed) == user_turns(out)
+    spec = json.loads((replayed / "spec.json").read_text())
+    assert spec["components"]["replay"] == str(out / "episodes")
+    assert simulator_requests(fake.requests[before:]) == 0
+
+
+def test_replay_refuses_a_recording_of_other_users(recorded, tmp_path, capsys):
+    _, base, out = recorded
+    other = tmp_path / "other.json"
+    save_items(generate_procedural(users=3, periods=1, questions=1, seed=3), other)
+    args = ["eval", "--env", str(other), *base[2:], "--policy", str(POLICIES / "awi.yaml")]
+    assert main([*args, "--out", str(tmp_path / "x"), "--replay", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no recording of user" in err
+    assert not (tmp_path / "x").exists()  # nothing written
+
+
+def test_replay_refuses_a_session_count_mismatch(recorded, tmp_path, capsys):
+    _, base, out = recorded
+    path = sorted((out / "episodes").glob("*/period_01/record.json"))[0]
+    data = json.loads(path.read_text())
+    data["sessions"] = data["sessions"][:-1]
+    path.write_text(json.dumps(data))
+    args = ["eval", *base, "--policy", str(POLICIES / "awi.yaml"), "--out", str(tmp_path / "y")]
+    assert main([*args, "--replay", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "sessions recorded" in err
+
+
+def test_replay_into_its_own_folder_is_refused(recorded, capsys):
+    _, base, out = recorded
+    args = ["eval", *base, "--policy", str(POLICIES / "awi.yaml"), "--out", str(out)]
+    assert main([*args, "--replay", str(out)]) == 2
+    assert "must differ from --out" in capsys.readouterr().err
