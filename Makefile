@@ -1,11 +1,11 @@
-# Two entry points: `make demo` (the main job) and `make test` (the whole suite).
+# Entry points: `make demo` (the main job), `make test` (the whole suite), `make lint`.
 # Each creates the virtual environment it needs on first use.
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.memloop-installed
 
-.PHONY: demo check test test-fast bench install clean-venv
+.PHONY: demo check test test-fast lint format bench install clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python >= 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 2; }
@@ -26,6 +26,16 @@ check: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# ruff (lint + format check) over the whole tree; mypy over the packages listed in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check memloop tests benchmarks
+	$(BIN)/ruff format --check memloop tests benchmarks
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix memloop tests benchmarks
+	$(BIN)/ruff format memloop tests benchmarks
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

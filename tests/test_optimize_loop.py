@@ -11,10 +11,9 @@ import pytest
 
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.testing import FakeOpenAIServer, scripted_builder
 from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
-
+from memloop.testing import FakeOpenAIServer, scripted_builder
 
 builder = scripted_builder(garble_every=3)
 
@@ -340,7 +339,8 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
     "reply, expected, error",
     [
         (
-            "<instructions>\nKeep the user's current facts and update them when they change.\n</instructions>",
+            "<instructions>\nKeep the user's current facts and update them when they change."
+            "\n</instructions>",
             "Keep the user's current facts and update them when they change.",
             None,
         ),

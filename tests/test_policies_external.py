@@ -8,13 +8,13 @@ import json
 import re
 
 import pytest
-from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
 
 from memloop.core.errors import UserError
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.testing.fake_server import FakeOpenAIServer
 from memloop.policies import AWEConfig, RAGConfig, build_policy
+from memloop.testing.fake_server import FakeOpenAIServer
+from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
 
 
 def facts_of(text: str, body) -> list[str]:

@@ -8,18 +8,18 @@ import json
 import re
 
 import pytest
-from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memloop.core.errors import UserError
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.testing.fake_server import FakeOpenAIServer
 from memloop.policies import AWIConfig, NativeConfig, build_policy
 from memloop.policies.awi import apply_edits, normalize_label
 from memloop.policies.base import MessageBuffer, estimate_messages_tokens, estimate_tokens
 from memloop.policies.native import _ranges
+from memloop.testing.fake_server import FakeOpenAIServer
+from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
 
 
 def _excerpt(text: str) -> str:
@@ -306,7 +306,7 @@ def test_native_probe_trims_only_its_own_copy(fake, tmp_path):
 
 def test_native_without_a_known_window_keeps_everything(fake, tmp_path):
     policy = build_policy(NativeConfig(), _client(fake, tmp_path))  # hosted: no window known
-    for turn in range(30):
+    for _ in range(30):
         policy.ingest("x" * 3000, "y" * 3000)
     assert not policy.dropped and len(policy.kept) == 30
 

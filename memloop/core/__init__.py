@@ -1,5 +1,7 @@
-"""What every memloop package shares and nothing else: user errors, config loading, atomic files,
-hashing, safe names, tables and process-wide offline defaults.
+"""What every memloop package shares, and nothing else.
+
+User errors, config loading, atomic files, hashing, safe names, tables and process-wide offline
+defaults.
 
 ``memloop.core`` imports nothing from the rest of memloop; every other layer may import it.
 """

@@ -103,8 +103,10 @@ def load_yaml_model(
     overrides: Mapping[str, Any] | None = None,
     data: dict[str, Any] | None = None,
 ) -> M:
-    """Read ``path`` (or take its already read ``data``), resolve ``path_keys`` by the one rule,
-    apply non-None ``overrides`` (command-line values, taken as given) and validate into ``cls``.
+    """Load a config file into ``cls``.
+
+    Reads ``path`` (or takes its already read ``data``), resolves ``path_keys`` by the one rule,
+    applies non-None ``overrides`` (command-line values, taken as given) and validates.
     """
     raw = load_yaml_mapping(path) if data is None else data
     resolved = resolve_path_keys(raw, path, path_keys)

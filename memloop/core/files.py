@@ -20,7 +20,7 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on a clean exit fsync it and rename it over ``path``.
 
     A crash or exception leaves either the old file or the new one, never half of one, and no
-    temporary file behind. ``mode`` is ``"w"`` (UTF-8 text, ``\\n`` line ends) or ``"wb"``.
+    temporary file behind. ``mode`` is ``"w"`` (UTF-8 text, Unix line ends) or ``"wb"``.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}")

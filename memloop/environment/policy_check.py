@@ -202,14 +202,14 @@ def check_policy(
                     expect(
                         kept is not first and kept.memory_view() == view,
                         "with_prompts(keep_memory=True) continues with the original's memory",
-                        "the policy from with_prompts(keep_memory=True) does not hold the original's "
-                        "memory",
+                        "the policy from with_prompts(keep_memory=True) does not hold the "
+                        "original's memory",
                     )
                     expect(
                         kept.prompts() == changed,
                         "with_prompts(keep_memory=True) uses the given prompts",
-                        "the policy from with_prompts(keep_memory=True) does not report the prompts "
-                        "it was given",
+                        "the policy from with_prompts(keep_memory=True) does not report the "
+                        "prompts it was given",
                     )
                     expect(
                         first.memory_view() == view and first.prompts() == prompts,

@@ -1,5 +1,6 @@
-"""Experiment YAML files for `memloop evolve` and `memloop tune`: pydantic models that reject
-unknown keys and wrong types with one line naming the file and key.
+"""Experiment YAML files for `memloop evolve` and `memloop tune`.
+
+Pydantic models that reject unknown keys and wrong types with one line naming the file and key.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memloop.core.config import load_yaml_model
-from memloop.feedback.summary import FeedbackMode
 from memloop.core.errors import UserError
+from memloop.feedback.summary import FeedbackMode
 
 EvolverName = Literal["none", "reflective", "gepa"]
 

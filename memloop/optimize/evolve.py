@@ -1,5 +1,7 @@
-"""Evolution cycles: episodes -> probes -> feedback summary (in the configured mode) -> evolver ->
-new prompts via `with_prompts`, logged to MLflow with step = cycle.
+"""Evolution cycles, logged to MLflow with step = cycle.
+
+Episodes -> probes -> feedback summary (in the configured mode) -> evolver -> new prompts via
+`with_prompts`.
 
 Cadences:
 - `episode`: a cycle evaluates the current prompts on the training users (whole episodes), builds
@@ -80,8 +82,10 @@ def latest_updates(item: UserItem, periods: int) -> dict[str, str]:
 
 
 def select_questions(records: list[QuestionRecord], mode: str, cap: int) -> list[QuestionRecord]:
-    """At most `cap` records: wrong answers first when the mode reveals correctness anyway,
-    otherwise the latest periods first (so the selection leaks nothing).
+    """At most `cap` records, the most useful first.
+
+    Wrong answers first when the mode reveals correctness anyway, otherwise the latest periods
+    first (so the selection leaks nothing).
     """
     if mode in ("complete", "diagnostic"):
         key = lambda r: (r.correct, -r.period, r.user_id, r.question_index)  # noqa: E731

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from memloop.core.tables import format_table
+
 _PROCEDURAL_EPILOG = """\
 Each user gets QUESTIONS x STATES_PER_QUESTION distinct state variables drawn from the built-in
 catalogue (questions share variables only when the catalogue runs out). CHOICES_PER_STATE is the
@@ -16,8 +18,6 @@ choices, capped by CHOICES_PER_STATE ** STATES_PER_QUESTION, which must therefor
 The file holds PERIODS + 1 periods (period 0 is the initial state, as in the published data), and
 every later period changes exactly CHANGES_PER_PERIOD variables. Same arguments, same bytes.
 """
-
-from memloop.core.tables import format_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     procedural = env_sub.add_parser(
         "procedural",
         help="generate an environment from the built-in catalogue (no LLM)",
-        description="Generate simulated users in the published data.json format from a hand-written "
-        "catalogue of life domains, without any LLM.",
+        description="Generate simulated users in the published data.json format from a "
+        "hand-written catalogue of life domains, without any LLM.",
         epilog=_PROCEDURAL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -139,8 +139,8 @@ def cmd_procedural(args: argparse.Namespace) -> int:
 
     print(
         f"wrote {count(len(items), 'user')} ({count(spec.periods + 1, 'period')}, "
-        f"{count(spec.questions, 'question')}, {count(spec.variables_per_user, 'state variable')} each) "
-        f"to {args.out}"
+        f"{count(spec.questions, 'question')}, "
+        f"{count(spec.variables_per_user, 'state variable')} each) to {args.out}"
     )
     return 0
 
@@ -206,8 +206,9 @@ def _register_generate(env_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Run the LLM pipeline; print failures and a summary; exit 2 unless every user passed
-    (or --allow-partial and at least one did).
+    """Run the LLM pipeline; print failures and a summary.
+
+    Exits 2 unless every user passed (or --allow-partial and at least one did).
     """
     from memloop.environment.llm_pipeline import GenerationIncomplete, load_config, run_pipeline
     from memloop.llm.client import ChatClient

@@ -1,5 +1,7 @@
-"""`memloop eval`: run a policy through an environment's episodes with probes after every
-period, and write metrics.json, records.jsonl and per_period.png.
+"""`memloop eval`: run a policy through an environment's episodes, probing after every period.
+
+Writes metrics.json, records.jsonl and per_period.png; `--replay DIR` evaluates off-policy on the
+conversations an earlier eval recorded.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`memloop llm check`: one schema-constrained call to an endpoint, then the same call again
-to show it is served from the response cache.
+"""`memloop llm check`: one schema-constrained call to an endpoint, then the same call again.
+
+The second call shows that it is served from the response cache.
 """
 
 from __future__ import annotations

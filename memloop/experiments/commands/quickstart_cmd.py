@@ -1,5 +1,6 @@
-"""`memloop quickstart`: the whole toolkit in one command with no key and no network: a
-procedural environment, AWI evolution under no-evolution, question-only and complete feedback,
+"""`memloop quickstart`: the whole toolkit in one command with no key and no network.
+
+A procedural environment, AWI evolution under no-evolution, question-only and complete feedback,
 MLflow logging, the comparison table and a plot of memory score and factual recall per cycle.
 """
 
@@ -9,9 +10,9 @@ import argparse
 import time
 from pathlib import Path
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
-
 from memloop.core.tables import format_table
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
