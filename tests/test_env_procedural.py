@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -14,11 +16,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memloop.core.errors import UserError
-from memloop.environment.catalogue import VARIABLES, variables_with_values
+from memloop.core.files import json_sha256
+from memloop.environment import catalogue
+from memloop.environment.catalogue import (
+    CATALOGUE_SHA256,
+    VARIABLES,
+    load_catalogue,
+    variables_with_values,
+)
 from memloop.environment.data import UserItem
 from memloop.environment.datafile import dump_items, load_items, parse_text
 from memloop.environment.errors import ProceduralArgumentError
-from memloop.environment.procedural import add_months, generate_procedural
+from memloop.environment.procedural import ProceduralSpec, add_months, generate_procedural
 from memloop.environment.validation import check_items, parse_date, parse_session_time
 from memloop.experiments.cli import main
 
@@ -296,3 +305,31 @@ def test_bytes_identical_across_processes_with_different_hash_seeds(tmp_path: Pa
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert json.loads(outputs[0])[0]["periods"][0]["period_end"] == "2020-10-01"
+
+
+def test_description_carries_every_argument_and_the_catalogue_sha256() -> None:
+    spec = ProceduralSpec(users=2, periods=2, questions=2, seed=0)
+    description = spec.describe()
+    catalogue_file = Path(catalogue.__file__).with_name("catalogue.yaml")
+    assert description["catalogue_sha256"] == CATALOGUE_SHA256
+    assert CATALOGUE_SHA256 == hashlib.sha256(catalogue_file.read_bytes()).hexdigest()
+    assert {key: description[key] for key in dataclasses.asdict(spec)} == dataclasses.asdict(spec)
+    assert set(description) == {f.name for f in dataclasses.fields(spec)} | {"catalogue_sha256"}
+    assert json.loads(json.dumps(description)) == description
+    assert description == ProceduralSpec(users=2, periods=2, questions=2, seed=0).describe()
+    assert description != ProceduralSpec(users=2, periods=2, questions=2, seed=1).describe()
+
+
+def test_an_edited_catalogue_changes_the_description_and_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = ProceduralSpec(users=2, periods=2, questions=2, seed=0)
+    before = json_sha256(spec.describe())
+    text = Path(catalogue.__file__).with_name("catalogue.yaml").read_text(encoding="utf-8")
+    copy = tmp_path / "catalogue.yaml"
+    copy.write_text(text.replace("I work nights now,", "I work nights these days,"), "utf-8")
+    edited = load_catalogue(copy)
+    assert edited.sha256 != CATALOGUE_SHA256
+    monkeypatch.setattr(catalogue, "CATALOGUE_SHA256", edited.sha256)
+    assert spec.describe()["catalogue_sha256"] == edited.sha256
+    assert json_sha256(spec.describe()) != before

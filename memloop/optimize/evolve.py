@@ -45,13 +45,18 @@ CYCLE_METRICS = ("memory_score", "overall", "factual_recall", "write", "read", "
 
 
 def load_environment(spec: EnvSpec) -> tuple[list[UserItem], dict[str, Any]]:
-    """The items and a description for params/run keys (file hash or procedural arguments)."""
+    """The items and a description for params and run keys.
+
+    A data file is described by its path and sha256; a procedural environment by its arguments
+    and the sha256 of the catalogue it draws from, so an edited catalogue is a new environment.
+    """
     if spec.path:
         return load_items(spec.path), {"path": spec.path, "sha256": file_sha256(spec.path)}
-    from memloop.environment.procedural import generate_procedural
+    from memloop.environment.procedural import ProceduralSpec, generate_procedural
 
+    assert spec.procedural is not None  # EnvSpec requires exactly one of path / procedural
     args = spec.procedural.model_dump()
-    return generate_procedural(**args), {"procedural": args}
+    return generate_procedural(**args), {"procedural": ProceduralSpec(**args).describe()}
 
 
 def role_clients(endpoints: Any) -> RoleClients:

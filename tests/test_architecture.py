@@ -1,0 +1,123 @@
+"""The layering of docs/architecture.md, enforced: which package may import which, no import cycle
+between modules, and a wheel holding no top-level package but `memloop`."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import memloop
+
+ROOT = Path(memloop.__file__).parent
+
+# layer -> the layers it may import (besides itself); docs/architecture.md draws the same arrows
+ALLOWED = {
+    "core": set(),
+    "llm": {"core"},
+    "environment": {"core", "llm"},
+    "policies": {"core", "llm"},
+    "feedback": {"core", "llm", "environment"},
+    "optimize": {"core", "llm", "environment", "policies", "feedback"},
+    "testing": {"core", "llm", "environment", "optimize"},
+    "experiments": {"core", "llm", "environment", "policies", "feedback", "optimize"},
+    "(root)": {"experiments"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = ("memloop",) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> memloop modules it imports (anywhere in the file, also inside functions).
+
+    `from package import name` counts as importing the module `package.name` when that is a
+    module, else the package itself.
+    """
+    modules = {module_name(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in modules
+                    else node.module
+                    for a in node.names
+                ]
+            for target in targets:
+                if target.startswith("memloop.") and target in modules and target != name:
+                    graph[name].add(target)
+        graph.setdefault(name, set())
+    return graph
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ALLOWED) else "(root)"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_package_is_a_known_layer():
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(ALLOWED) - {"(root)"}
+
+
+def test_layers_import_one_way():
+    graph = import_graph()
+    assert len(graph) > 60  # the walk saw the package
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if layer(t) != layer(m) and layer(t) not in ALLOWED[layer(m)]
+    )
+    assert bad == []
+
+
+def test_no_import_cycle_between_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(defaultdict(set, graph)) == [["a", "b", "c"]]
