@@ -1,6 +1,8 @@
-"""`memloop compare`: the runs of an MLflow experiment side by side (memory score at the first,
-last and best cycle with a bootstrap 95% interval over users, factual recall, tokens) and a
-unified diff of a run's first and best prompt.
+"""`memloop compare`: the runs of an MLflow experiment side by side, and a prompt diff.
+
+The table shows the memory score at the first, last and best cycle with a bootstrap 95%
+interval over users, factual recall and tokens; the diff is a unified diff of a run's first and
+best prompt.
 """
 
 from __future__ import annotations
@@ -154,8 +156,9 @@ def format_rows(rows: list[RunRow]) -> str:
 
 
 def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: str = "best") -> str:
-    """Unified diff between the first cycle's prompts and the best (or last) cycle's of one run
-    (default: the run with the best memory score).
+    """Unified diff between the first cycle's prompts and the best (or last) cycle's of one run.
+
+    The run is `which`, by default the run with the best memory score.
     """
     candidates = [r for r in rows if r.cycles]
     if to == "best":
@@ -193,8 +196,10 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
 
 
 def run_histories(tracking_uri: str, rows: list[RunRow]) -> list[Any]:
-    """Per-cycle memory score and factual recall of each run, shaped like evolve's RunOutcome
-    (mode, evolver, cycles) for `optimize.plots.plot_cycles`.
+    """Per-cycle memory score and factual recall of each run.
+
+    Each is shaped like evolve's RunOutcome (mode, evolver, cycles) for
+    `optimize.plots.plot_cycles`.
     """
     from types import SimpleNamespace
 

@@ -43,14 +43,25 @@ class NoEvolver:
         return EvolveStep(prompts=dict(prompts))
 
 
-REFLECT_SYSTEM = """You improve the instructions of one step of an AI assistant's long-term memory system. The step decides what the assistant writes into its memory about the user. Better instructions make the assistant remember the facts about the user that later questions depend on, keep them up to date when they change, and drop what no longer holds.
+REFLECT_SYSTEM = """\
+You improve the instructions of one step of an AI assistant's long-term memory system. The step \
+decides what the assistant writes into its memory about the user. Better instructions make the \
+assistant remember the facts about the user that later questions depend on, keep them up to date \
+when they change, and drop what no longer holds.
 
-You will see the current instructions and a feedback summary from an evaluation: the user's questions, the memories the assistant had when answering, and (depending on the feedback) its choice, the right choice, the user facts revealed in the conversations and why answers failed. Use the feedback to find which kinds of user information the memory missed, kept stale or stored too vaguely, and rewrite the instructions so that such information is captured precisely next time.
+You will see the current instructions and a feedback summary from an evaluation: the user's \
+questions, the memories the assistant had when answering, and (depending on the feedback) its \
+choice, the right choice, the user facts revealed in the conversations and why answers failed. Use \
+the feedback to find which kinds of user information the memory missed, kept stale or stored too \
+vaguely, and rewrite the instructions so that such information is captured precisely next time.
 
 Rules:
-- Keep the instructions general: they must help with any user, not only this one. Name kinds of information (e.g. "current living situation", "how often they do X"), never this user's specific values.
+- Keep the instructions general: they must help with any user, not only this one. Name kinds of \
+information (e.g. "current living situation", "how often they do X"), never this user's specific \
+values.
 - Keep what already works; be concrete about what to record and how to update it.
-- Make at least one concrete change that answers the feedback: a copy of the current instructions is of no use.
+- Make at least one concrete change that answers the feedback: a copy of the current instructions \
+is of no use.
 - Do not describe output formats or JSON: the format is fixed elsewhere.
 - Keep it under {max_words} words."""
 
@@ -74,14 +85,21 @@ Answer in exactly this form (plain text, no JSON):
 the complete improved instructions
 </new_instructions>"""
 
-RULES_SYSTEM = """You improve the instructions of one step of an AI assistant's long-term memory system. The step decides what the assistant writes into its memory about the user.
+RULES_SYSTEM = """\
+You improve the instructions of one step of an AI assistant's long-term memory system. The step \
+decides what the assistant writes into its memory about the user.
 
-You will see the current instructions and a feedback summary from an evaluation: the user's questions, the memories the assistant had when answering, and (depending on the feedback) its choice, the right choice, the user facts revealed in the conversations and why answers failed.
+You will see the current instructions and a feedback summary from an evaluation: the user's \
+questions, the memories the assistant had when answering, and (depending on the feedback) its \
+choice, the right choice, the user facts revealed in the conversations and why answers failed.
 
-Write one to three NEW rules to add to the instructions, each a single sentence, so that next time the memory captures the kinds of user information the feedback shows it missed, kept stale or stored too vaguely.
+Write one to three NEW rules to add to the instructions, each a single sentence, so that next time \
+the memory captures the kinds of user information the feedback shows it missed, kept stale or \
+stored too vaguely.
 
 Rules:
-- General rules about kinds of information (e.g. "Record how often the user travels"), never this user's specific values.
+- General rules about kinds of information (e.g. "Record how often the user travels"), never this \
+user's specific values.
 - Do not repeat a rule the instructions already have.
 - Do not describe output formats or JSON."""
 
@@ -106,8 +124,10 @@ _BLOCK = r"<{tag}>\s*(.*?)\s*</{tag}>"
 
 
 def parse_reflection(text: str) -> tuple[str | None, list[str], str | None]:
-    """(new instructions, changes, error) from a reply in the tagged plain-text form. Plain text
-    instead of JSON: small models copying instructions that contain quotes break JSON strings.
+    """Parse a reply in the tagged plain-text form into (new instructions, changes, error).
+
+    Plain text instead of JSON: small models copying instructions that contain quotes break JSON
+    strings.
     """
     import re
 
@@ -139,9 +159,11 @@ def parse_rules(
     max_words: int = 60,
     banned: Iterable[str] = (),
 ) -> tuple[list[str], str | None]:
-    """(new rules, error) from a reply in the <rules> form: one sentence per line, at most
-    `max_rules`; rules the instructions already contain, fragments, run-ons and rules naming one
-    of the `banned` values (a user's own state values, see `leaked_values`) are dropped.
+    """Parse a reply in the <rules> form into (new rules, error).
+
+    One sentence per line, at most `max_rules`; rules the instructions already contain, fragments,
+    run-ons and rules naming one of the `banned` values (a user's own state values, see
+    `leaked_values`) are dropped.
     """
     import re
 
@@ -176,10 +198,12 @@ def parse_rules(
 
 
 class ReflectiveEvolver:
-    """Per predictor (component `optimizer`): one LLM call for a rewrite; a reply that is
-    malformed, cut off, too short or too long, or identical to the current text is rejected, and
-    the model is asked once for one to three rules to append instead (`append_rules`). When both
-    fail the predictor keeps its old instructions and the reasons are recorded.
+    """Per predictor (component `optimizer`): one LLM call for a rewrite, else appended rules.
+
+    A reply that is malformed, cut off, too short or too long, or identical to the current text is
+    rejected, and the model is asked once for one to three rules to append instead
+    (`append_rules`). When both fail the predictor keeps its old instructions and the reasons are
+    recorded.
     """
 
     name = "reflective"
@@ -272,8 +296,9 @@ def _words(text: str) -> str:
 
 
 def revealed_values(summary: Any) -> set[str]:
-    """The users' own state values in a feedback summary (complete mode's
-    `user_information_updates`, diagnostic mode's `actual` values), at any depth.
+    """The users' own state values in a feedback summary, at any depth.
+
+    These are complete mode's `user_information_updates` and diagnostic mode's `actual` values.
     """
     found: set[str] = set()
 
@@ -295,9 +320,11 @@ def revealed_values(summary: Any) -> set[str]:
 
 
 def leaked_values(text: str, instructions: str, values: Iterable[str]) -> list[str]:
-    """The `values` that `text` names (as whole words, ignoring case, `_` and punctuation) and the
-    current instructions do not: a prompt shared by every user must not carry one user's facts.
-    Values under 4 characters ("no", "2") are too common to tell apart and are skipped.
+    """The `values` that `text` names and the current instructions do not.
+
+    Values count as named as whole words, ignoring case, `_` and punctuation. A prompt shared by
+    every user must not carry one user's facts. Values under 4 characters ("no", "2") are too common
+    to tell apart and are skipped.
     """
     have, old = _words(text), _words(instructions)
     hits = []

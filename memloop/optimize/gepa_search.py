@@ -1,8 +1,9 @@
-"""GEPA over memory-write prompts: gepa's reflective, Pareto-based search with whole episodes as
-rollouts. A candidate is {predictor name: instructions}; its score on a user is the user's
-normalized memory score; its textual feedback is the user's feedback summary in the configured
-mode. GEPA's state lives in the run folder (gepa_state/), so a restarted run resumes the search;
-every evaluated episode is checkpointed, so nothing finished is redone.
+"""GEPA over memory-write prompts: gepa's reflective, Pareto-based search.
+
+Whole episodes are the rollouts. A candidate is {predictor name: instructions}; its score on a
+user is the user's normalized memory score; its textual feedback is the user's feedback summary
+in the configured mode. GEPA's state lives in the run folder (gepa_state/), so a restarted run
+resumes the search; every evaluated episode is checkpointed, so nothing finished is redone.
 
 Cycles for MLflow: cycle 0 = the seed prompts, cycle k = the best candidate (by GEPA's validation
 score) after its k-th iteration, evaluated on the validation users (held-out users, or the
@@ -20,7 +21,7 @@ from memloop.core.files import atomic_write_json, json_sha256
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import collect
 from memloop.feedback.scoring import score
-from memloop.optimize.evolve import Evolution, episode_summary, metric_row
+from memloop.optimize.evolution import Evolution, episode_summary, metric_row
 
 GEPA_COMPONENT_NOTE = (
     "The assistant under test keeps a long-term memory of a user across many conversations. "

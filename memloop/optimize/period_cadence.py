@@ -1,7 +1,8 @@
-"""The `period` cadence (the paper's Algorithm 1 as published): the prompts evolve after each
-period inside the episode, from that period's feedback, and apply from the next period on while
-the memory written so far is kept. Training users advance in lockstep and share one prompt, so
-cycle k = period k (with one user this is exactly Algorithm 1).
+"""The `period` cadence (the paper's Algorithm 1 as published): prompts evolve every period.
+
+The prompts evolve after each period inside the episode, from that period's feedback, and apply
+from the next period on while the memory written so far is kept. Training users advance in
+lockstep and share one prompt, so cycle k = period k (with one user this is exactly Algorithm 1).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from memloop.feedback.probes import Prober
 from memloop.feedback.report import build_metrics, collect
 from memloop.feedback.summary import summarize
 from memloop.llm.usage import UsageTracker
-from memloop.optimize.evolve import (
+from memloop.optimize.evolution import (
     Evolution,
     _evolver_tokens,
     metric_row,
@@ -64,8 +65,11 @@ def run_period_cadence(evo: Evolution, mlc, run_id: str) -> list[dict[str, Any]]
             prompts = evo._cycle_prompts(cdir, prompts)
             started = time.perf_counter()
             with ThreadPoolExecutor(max_workers=config.parallel_users) as pool:
-                records = list(pool.map(lambda r: r.advance(p, prompts), runners))
-            for item, rec in zip(items, records):
+                # bind the period and its prompts (B023); pool.map finishes within the period anyway
+                records = list(
+                    pool.map(lambda r, p=p, prompts=prompts: r.advance(p, prompts), runners)
+                )
+            for item, rec in zip(items, records, strict=True):
                 all_records[item.id].append(rec)
             done = cdir / "done.json"
             if done.is_file():

@@ -24,7 +24,7 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
         label = o.mode if o.evolver in ("none", "reflective") else f"{o.mode} / {o.evolver}"
         marker, line = styles[i % len(styles)]
         dodge = (i - (n - 1) / 2) * 0.04  # equal values stay visible side by side
-        for ax, key in zip(axes, ("memory_score", "factual_recall")):
+        for ax, key in zip(axes, ("memory_score", "factual_recall"), strict=True):
             points = [(c["cycle"], c[key]) for c in o.cycles if c.get(key) is not None]
             if key == "memory_score":
                 scores += [v for _, v in points]
@@ -36,7 +36,7 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
                     linestyle=line,
                     label=label,
                 )
-    for ax, name in zip(axes, ("normalized memory score", "memory factual recall")):
+    for ax, name in zip(axes, ("normalized memory score", "memory factual recall"), strict=True):
         ax.set(xlabel="cycle", ylabel=name, title=name)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=8)

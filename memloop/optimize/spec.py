@@ -1,5 +1,6 @@
-"""A run's spec (inspect_ai style): what was run, with which components, data, versions and
-code revision, so a result can be traced and rebuilt. Never holds a secret.
+"""A run's spec (inspect_ai style): what was run and how, so a result can be traced and rebuilt.
+
+It records the components, data, versions and code revision. It never holds a secret.
 """
 
 from __future__ import annotations

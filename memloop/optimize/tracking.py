@@ -1,7 +1,9 @@
-"""MLflow logging for evolution and tuning: one run per condition found again by a key tag (so a
-restarted command continues the same run), metrics with step = cycle logged at most once per
-step, prompts and feedback summaries as artifacts, and each cycle's prompt as a version in the
-prompt registry with the alias `best` on the best one.
+"""MLflow logging for evolution and tuning.
+
+One run per condition, found again by a key tag (so a restarted command continues the same run),
+metrics with step = cycle logged at most once per step, prompts and feedback summaries as
+artifacts, and each cycle's prompt as a version in the prompt registry with the alias `best` on
+the best one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Optuna tuning of AWE's hyperparameters (update_freq, short_term_len, top_k): objective = the
-memory score on the tuning users (optionally a second objective: tokens per user).
+"""Optuna tuning of AWE's hyperparameters (update_freq, short_term_len, top_k).
+
+The objective is the memory score on the tuning users (optionally a second objective: tokens per
+user).
 
 The Optuna storage is the source of truth (ask/tell): rerunning adds trials to the same study.
 A trial killed mid-way is marked failed and its parameters asked again first, and its episodes
@@ -10,6 +12,7 @@ The paper's default (2, 4, 30) is the first trial. Each trial is a nested MLflow
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from memloop.core.files import json_sha256
 from memloop.core.tables import format_table
 from memloop.optimize import tracking
 from memloop.optimize.config import TuneConfig
-from memloop.optimize.evolve import load_environment, role_clients, split_users
+from memloop.optimize.evolution import load_environment, role_clients, split_users
 
 PARAMS = ("update_freq", "short_term_len", "top_k")
 
@@ -67,13 +70,20 @@ def requeue_interrupted(study) -> int:
     return len(stale)
 
 
+def _policy_factory(policy_config: Any) -> Callable[[str, Path, Any], Any]:
+    """A policy factory for one trial's `policy_config` (bound now, not when it is called)."""
+    from memloop.policies import build_policy
+
+    return lambda uid, wd, c: build_policy(policy_config, c, wd)
+
+
 def run_tune(config: TuneConfig, *, progress: bool = True) -> TuneOutcome:
     import optuna
 
     from memloop.core.errors import UserError
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
-    from memloop.policies import AWEConfig, build_policy, load_policy_config
+    from memloop.policies import AWEConfig, load_policy_config
 
     base = load_policy_config(config.policy)
     if not isinstance(base, AWEConfig):
@@ -135,7 +145,7 @@ def run_tune(config: TuneConfig, *, progress: bool = True) -> TuneOutcome:
         try:
             result = run_evaluation(
                 users,
-                lambda uid, wd, c: build_policy(policy_config, c, wd),
+                _policy_factory(policy_config),
                 out,
                 agent_client=clients.agent,
                 sim_client=clients.user_sim,

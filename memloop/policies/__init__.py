@@ -1,6 +1,7 @@
-"""The assistants under test: native LLM, AWI, AWE and RAG memory policies behind the Policy
-contract (environment/policy.py; its conformance suite is environment/policy_check.py) and
-their configurations.
+"""The assistants under test: native LLM, AWI, AWE and RAG memory policies and their configs.
+
+The policies sit behind the Policy contract (environment/policy.py; its conformance suite is
+environment/policy_check.py).
 
 The heavy libraries (DSPy, mem0, sentence-transformers) load only when a policy is built.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memloop.policies.base import Answer
+from memloop.policies.base import Answer, BasePolicy
 from memloop.policies.config import (
     AWEConfig,
     AWIConfig,
@@ -44,9 +45,12 @@ def build_policy(
     *,
     prompts: dict[str, str] | None = None,
 ) -> Any:
-    """A fresh policy (empty memory) for `config`, calling `client`; files it needs while running
-    go under `workdir`. `prompts` replaces some of its default memory-write prompts.
+    """A fresh policy (empty memory) for `config`, calling `client`.
+
+    Files it needs while running go under `workdir`. `prompts` replaces some of its default
+    memory-write prompts.
     """
+    policy: BasePolicy
     if isinstance(config, NativeConfig):
         from memloop.policies.native import NativePolicy
 

@@ -1,5 +1,6 @@
-"""AWI, agentic write in-context: labelled facts in the system prompt, kept up to date by an LLM
-writer (the DSPy predictor `writer`) that reads the oldest raw messages every `update_freq`
+"""AWI, agentic write in-context: labelled facts in the system prompt, kept up to date by an LLM.
+
+The LLM writer (the DSPy predictor `writer`) reads the oldest raw messages every `update_freq`
 messages while the newest `short_term_len` stay raw in context.
 
 Differences from the published agent: an edit with value null deletes a label; entries carry the

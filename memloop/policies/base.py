@@ -1,5 +1,7 @@
-"""What every policy shares: the Answer record, the turn loop (respond = context -> reply ->
-ingest), the message buffer of the buffered policies, token estimates and checkpoint files.
+"""What every policy shares.
+
+The Answer record, the turn loop (respond = context -> reply -> ingest), the message buffer of the
+buffered policies, token estimates and checkpoint files.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ def simulated_time(text: str) -> str | None:
 
 
 def estimate_tokens(text: str) -> int:
-    """A deliberately high token estimate that needs no tokenizer: 1 token per 3 ASCII characters
-    (English averages about 4) and 1 per other character (CJK text is about 1-1.5 per token).
+    """A deliberately high token estimate that needs no tokenizer.
+
+    1 token per 3 ASCII characters (English averages about 4) and 1 per other character (CJK text is
+    about 1-1.5 per token).
     """
     ascii_chars = sum(1 for ch in text if ord(ch) < 128)
     return math.ceil(ascii_chars / 3) + (len(text) - ascii_chars)
@@ -66,10 +70,12 @@ def render_transcript(messages: list[Message]) -> str:
 
 
 class MessageBuffer:
-    """Raw recent messages. Once `update_freq + short_term_len` messages are waiting, the oldest
-    `update_freq` are handed to the memory writer, so the newest `short_term_len` stay raw.
-    Each message keeps the simulated time current when it was said (kept apart from the
-    messages, which go to the chat API as they are).
+    """Raw recent messages.
+
+    Once `update_freq + short_term_len` messages are waiting, the oldest `update_freq` are handed to
+    the memory writer, so the newest `short_term_len` stay raw. Each message keeps the simulated
+    time current when it was said (kept apart from the messages, which go to the chat API as they
+    are).
     """
 
     def __init__(
@@ -124,9 +130,10 @@ def read_json(path: Path) -> Any:
 
 
 class BasePolicy:
-    """The turn loop shared by all policies. A subclass supplies `_context` (the messages sent for
-    a user message, and the memories placed in them), `_remember` (take in a finished turn) and
-    its state for checkpoints.
+    """The turn loop shared by all policies.
+
+    A subclass supplies `_context` (the messages sent for a user message, and the memories placed in
+    them), `_remember` (take in a finished turn) and its state for checkpoints.
     """
 
     kind: ClassVar[str]
@@ -170,8 +177,10 @@ class BasePolicy:
         return {}
 
     def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> BasePolicy:
-        """A new policy using `prompts`: with fresh memory, or (keep_memory, for evolving inside
-        an episode) continuing with a copy of this policy's memory. Self is unchanged.
+        """A new policy using `prompts`; self is unchanged.
+
+        The new policy has fresh memory, or (keep_memory, for evolving inside an episode) continues
+        with a copy of this policy's memory.
         """
         merged = self._merge_prompts(prompts)
         if not keep_memory:

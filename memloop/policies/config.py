@@ -43,8 +43,10 @@ class _PolicyConfigBase(BaseModel):
 
 
 class NativeConfig(_PolicyConfigBase):
-    """The whole conversation in context; the oldest turns are dropped (and recorded) when it no
-    longer fits the endpoint's context window.
+    """The whole conversation in context.
+
+    The oldest turns are dropped (and recorded) when it no longer fits the endpoint's context
+    window.
     """
 
     type: Literal["native"] = "native"
@@ -107,7 +109,7 @@ class RAGConfig(_ExternalConfig):
 PolicyConfig = Annotated[
     NativeConfig | AWIConfig | AWEConfig | RAGConfig, Field(discriminator="type")
 ]
-CONFIG_TYPES: dict[str, type[_PolicyConfigBase]] = {
+CONFIG_TYPES: dict[str, type[NativeConfig | AWIConfig | AWEConfig | RAGConfig]] = {
     "native": NativeConfig,
     "awi": AWIConfig,
     "awe": AWEConfig,
@@ -116,7 +118,8 @@ CONFIG_TYPES: dict[str, type[_PolicyConfigBase]] = {
 
 
 def parse_policy_config(data: Any, where: str) -> NativeConfig | AWIConfig | AWEConfig | RAGConfig:
-    """Validate a mapping (e.g. the `policy:` block of an experiment file) into a policy config;
+    """Validate a mapping (e.g. the `policy:` block of an experiment file) into a policy config.
+
     `where` names the file (and block) in error messages.
     """
     if not isinstance(data, dict):

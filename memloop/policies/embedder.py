@@ -1,6 +1,7 @@
-"""Sentence embeddings for the external-memory policies: one SentenceTransformer per model and
-process (loading costs seconds and ~90 MB), shared by every policy, behind mem0's embedder
-interface (`embed(text, memory_action) -> list[float]`).
+"""Sentence embeddings for the external-memory policies, behind mem0's embedder interface.
+
+One SentenceTransformer per model and process (loading costs seconds and ~90 MB), shared by
+every policy; the interface is `embed(text, memory_action) -> list[float]`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""External memory through mem0ai 1.x: AWE (LLM fact extraction + ADD/UPDATE/DELETE
-reconciliation) and RAG (raw messages, no LLM write), both retrieving the top-k memories for the
-user's message and showing them, with the newest raw messages, in context.
+"""External memory through mem0ai 1.x: the AWE and RAG policies.
+
+AWE does LLM fact extraction + ADD/UPDATE/DELETE reconciliation, RAG stores raw messages (no LLM
+write); both retrieve the top-k memories for the user's message and show them, with the newest
+raw messages, in context.
 
 mem0's own LLM and embedder are replaced after construction: its LLM calls go through the shared
 ChatClient (tag "memory": cached, counted, bounded, schema-constrained) and embeddings come from
@@ -63,9 +65,11 @@ _MEMORY_ID = re.compile(r"'id': '(\d+)'")
 
 
 def memory_actions_schema(valid_ids: list[str]) -> dict[str, Any]:
-    """The reconciliation answer mem0 parses. mem0 numbers the existing memories it shows 0..n-1
-    and silently drops an UPDATE or DELETE of any other id, so the ids are an enum ("new" for
-    additions): a small model then cannot invent one.
+    """The reconciliation answer mem0 parses.
+
+    mem0 numbers the existing memories it shows 0..n-1 and silently drops an UPDATE or DELETE of
+    any other id, so the ids are an enum ("new" for additions): a small model then cannot invent
+    one.
     """
     return {
         "type": "object",
@@ -91,9 +95,11 @@ def memory_actions_schema(valid_ids: list[str]) -> dict[str, Any]:
 
 
 class Mem0ChatLLM:
-    """mem0's LLM interface over memloop's ChatClient. mem0 sends two kinds of request: fact
-    extraction (a system prompt + 'Input: ...') and reconciliation (one user message); each gets
-    its JSON schema, so even a small model answers in the shape mem0 parses.
+    """mem0's LLM interface over memloop's ChatClient.
+
+    mem0 sends two kinds of request: fact extraction (a system prompt + 'Input: ...') and
+    reconciliation (one user message); each gets its JSON schema, so even a small model answers in
+    the shape mem0 parses.
     """
 
     def __init__(self, client: ChatClient, component: str = "memory"):

@@ -1,5 +1,7 @@
-"""Native LLM memory: the whole conversation in context. When the next request would not fit the
-endpoint's context window, the oldest turns are dropped, and each drop is recorded.
+"""Native LLM memory: the whole conversation in context.
+
+When the next request would not fit the endpoint's context window, the oldest turns are dropped,
+and each drop is recorded.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def _ranges(indices: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     parts: list[str] = []
     start = prev = indices[0]
-    for i in indices[1:] + [None]:  # type: ignore[list-item]
+    for i in [*indices[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue

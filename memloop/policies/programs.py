@@ -1,7 +1,8 @@
-"""The mutable memory-write prompts as DSPy programs: each prompt is the instructions of one named
-predictor. Replacing a prompt builds a new signature (`with_instructions`), never mutating a
-signature class that other programs share. Programs are saved in DSPy's JSON format; they hold no
-LM, so no endpoint URL or key can reach the file.
+"""The mutable memory-write prompts as DSPy programs.
+
+Each prompt is the instructions of one named predictor. Replacing a prompt builds a new signature
+(`with_instructions`), never mutating a signature class that other programs share. Programs are
+saved in DSPy's JSON format; they hold no LM, so no endpoint URL or key can reach the file.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class MemoryEdit(pydantic.BaseModel):
 
 
 class WriteInContextMemory(dspy.Signature):
-    """(instructions are set from AWI_WRITER_INSTRUCTIONS)"""
+    """Instructions are set from AWI_WRITER_INSTRUCTIONS."""
 
     memory: str = dspy.InputField(desc="the current memory as a JSON object {label: value}")
     conversation: str = dspy.InputField(desc="the newest messages not yet in memory")
@@ -89,14 +90,14 @@ Two memories must never contradict each other: the new fact wins over the old on
 
 
 class ExtractFacts(dspy.Signature):
-    """(instructions are set from AWE_FACT_EXTRACTION_INSTRUCTIONS)"""
+    """Instructions are set from AWE_FACT_EXTRACTION_INSTRUCTIONS."""
 
     conversation: str = dspy.InputField()
     facts: list[str] = dspy.OutputField()
 
 
 class ReconcileMemories(dspy.Signature):
-    """(instructions are set from AWE_MEMORY_UPDATE_INSTRUCTIONS)"""
+    """Instructions are set from AWE_MEMORY_UPDATE_INSTRUCTIONS."""
 
     existing_memories: str = dspy.InputField()
     new_facts: list[str] = dspy.InputField()
@@ -104,9 +105,11 @@ class ReconcileMemories(dspy.Signature):
 
 
 class AWEProgram(dspy.Module):
-    """Predictors `fact_extraction` and `memory_update`. mem0 formats and sends these prompts
-    itself (as custom_fact_extraction_prompt / custom_update_memory_prompt); the program is the
-    container the optimizer edits and the file a checkpoint stores.
+    """Predictors `fact_extraction` and `memory_update`.
+
+    mem0 formats and sends these prompts itself (as custom_fact_extraction_prompt /
+    custom_update_memory_prompt); the program is the container the optimizer edits and the file a
+    checkpoint stores.
     """
 
     def __init__(
@@ -146,8 +149,10 @@ def load_program(program: dspy.Module, path: Path) -> None:
 
 
 def structured_lm(client: ChatClient, component: str = "memory") -> Any:
-    """A dspy.LM over `client` whose engine declares JSON-schema support, so the JSONAdapter
-    sends the signature's output schema and the endpoint constrains the answer to it.
+    """A dspy.LM over `client` whose engine declares JSON-schema support.
+
+    With it, the JSONAdapter sends the signature's output schema and the endpoint constrains the
+    answer to it.
     """
     lm = make_dspy_lm(client, component)
     # ChatClientEngine declares no capabilities, and DSPy then sends no response_format at all.

@@ -130,8 +130,9 @@ class FakeOpenAIServer:
 
 
 def serve_in_subprocess(latency_s: float = 0.0, reply: str = '{"ok": true}'):
-    """Run a FakeOpenAIServer in its own process (so it does not share the caller's GIL);
-    returns (process, base_url). Terminate the process when done.
+    """Run a FakeOpenAIServer in its own process (so it does not share the caller's GIL).
+
+    The result is (process, base_url). Terminate the process when done.
     """
     import multiprocessing as mp
 

@@ -33,9 +33,12 @@ def request_kind(body: dict[str, Any]) -> str:
 
 
 class ScriptedMemoryLLM:
-    """Callable reply function. Handlers return a str (sent as is) or a JSON-able value:
-    `writer` -> list of {label, value} edits, `facts` -> list of str, `actions` -> list of
-    {id, text, event, old_memory}, `probe` -> any JSON value, `chat` -> str."""
+    """Callable reply function.
+
+    Handlers return a str (sent as is) or a JSON-able value: `writer` -> list of {label, value}
+    edits, `facts` -> list of str, `actions` -> list of {id, text, event, old_memory}, `probe` ->
+    any JSON value, `chat` -> str.
+    """
 
     def __init__(
         self,

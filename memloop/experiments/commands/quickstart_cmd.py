@@ -61,7 +61,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         config.tracking_uri = args.tracking_uri
     config.out_dir = args.out
-    from memloop.optimize.evolve import role_clients
+    from memloop.optimize.evolution import role_clients
 
     clients = role_clients(config.endpoints)
     outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
