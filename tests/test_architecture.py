@@ -19,7 +19,7 @@ ALLOWED = {
     "policies": {"core", "llm"},
     "feedback": {"core", "llm", "environment"},
     "optimize": {"core", "llm", "environment", "policies", "feedback"},
-    "testing": {"core", "llm", "environment", "optimize"},
+    "testing": {"core", "llm", "environment", "policies", "optimize"},
     "experiments": {"core", "llm", "environment", "policies", "feedback", "optimize"},
     "(root)": {"experiments"},
 }

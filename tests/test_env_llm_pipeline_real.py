@@ -1,4 +1,4 @@
-"""The LLM generation pipeline on the embedded 0.5B model: 1 user x 2 periods x 2 questions ends
+"""The LLM generation pipeline on the embedded 0.5B model: 1 user x 1 period x 1 question ends
 with either a valid item or a per-step failure report, and no user is silently dropped."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.real_model
 
 def test_pipeline_on_embedded_model_gives_valid_item_or_clear_report(local_client, tmp_path: Path):
     config = PipelineConfig(
-        users=1, periods=2, questions=2, changes_per_period=2, refine_budget=1, seed=42
+        users=1, periods=1, questions=1, changes_per_period=2, refine_budget=1, seed=42
     )
     result = run_pipeline(config, tmp_path / "out", local_client)
     report = json.loads(result.report_path.read_text())
@@ -39,7 +39,7 @@ def test_pipeline_on_embedded_model_gives_valid_item_or_clear_report(local_clien
     if result.items:
         assert report["status"] == "complete"
         [item] = load_items(result.data_path)  # raises on any validation problem
-        assert len(item.periods) == 3 and len(item.qas) == 2
+        assert len(item.periods) == 2 and len(item.qas) == 1
         assert all(s.query.strip() for p in item.periods for s in p.sessions)
     else:
         [failure] = result.failures

@@ -1,8 +1,10 @@
-"""The four policies on the embedded models, on a tiny two-period conversation: every policy
-passes check_policy on the 0.5B model (probes leave memory byte-identical, prompts / with_prompts /
-save / load round-trip), AWE retrieves a planted fact, and AWI's memory follows a change of city
-(on the 1.5B model). Replies are capped at a few tokens to keep the suite fast; memory writes keep
-the endpoint's cap."""
+"""The four policies on the embedded 0.5B model (the session's one shared server).
+
+On a tiny two-period conversation: every policy passes check_policy (probes leave memory
+byte-identical, prompts / with_prompts / save / load round-trip), AWE retrieves a planted fact,
+and AWI's memory follows a change of city. Replies are capped at a few tokens to keep the suite
+fast; memory writes keep the endpoint's cap.
+"""
 
 from __future__ import annotations
 
@@ -47,44 +49,21 @@ def test_check_policy_on_the_embedded_model(local_client, tmp_path, config):
     assert report.ok
 
 
-@pytest.fixture(scope="module")
-def client_1_5b(session_root):
-    """The default 1.5B model, for the AWI writer: the 0.5B model's memory writes are erratic
-    (measured: on this script it skipped the first city or the change, depending on batching)."""
-    from memloop.llm.client import ChatClient
-    from memloop.llm.embedded_server import ServerSettings, shared_server
-    from memloop.llm.endpoint import Endpoint
-    from memloop.llm.errors import ModelFileError
-    from memloop.llm.model_files import ensure_model_file, resolve_packaged_model
-
-    try:
-        ensure_model_file(resolve_packaged_model("local-1.5b"))
-    except ModelFileError as exc:
-        pytest.skip(f"the 1.5B model is not installed: {exc}")
-    client = ChatClient(
-        Endpoint(model="local-1.5b", max_concurrency=1, timeout_s=300),
-        cache=session_root / "real-model-cache.sqlite",
-    )
-    yield client
-    client.close()
-    # Free its memory and CPU for the rest of the session (a later user would restart it).
-    shared_server(resolve_packaged_model("local-1.5b"), ServerSettings(slots=1)).stop()
-
-
-def test_awi_memory_follows_a_change_of_city(client_1_5b, tmp_path):
+def test_awi_memory_follows_a_change_of_city(local_client, tmp_path):
     # Off-policy replay with fixed replies: the writer sees exactly the user's statements.
     # (4, 0): one write per period, of both its turns.
-    policy = build_policy(AWIConfig(update_freq=4, short_term_len=0), client_1_5b, tmp_path)
+    policy = build_policy(AWIConfig(update_freq=4, short_term_len=0), local_client, tmp_path)
     for message in PERIOD_1:
         policy.ingest(message, "Got it, thanks for letting me know.")
     first = {label: fact["value"] for label, fact in policy.facts.items()}
-    assert any("lisbon" in v.lower() for v in first.values()), first
+    # the 0.5B model writes the city as "Lisboa" (its Portuguese name): either spelling is Lisbon
+    assert any("lisbo" in v.lower() for v in first.values()), first
     for message in PERIOD_2:
         policy.ingest(message, "Got it, thanks for letting me know.")
     now = {label: fact["value"] for label, fact in policy.facts.items()}
     assert any("oslo" in v.lower() for v in now.values()), now
     # The label that held Lisbon now holds Oslo: overwritten, not duplicated.
-    city_label = next(label for label, v in first.items() if "lisbon" in v.lower())
+    city_label = next(label for label, v in first.items() if "lisbo" in v.lower())
     assert "oslo" in now.get(city_label, "").lower(), now
     assert policy.stats()["write_errors"] == 0 and policy.writes == 2
     policy.close()

@@ -37,6 +37,8 @@ def quickstart(tmp_path_factory, local_client):
             "heldout_users": 1,
         },
         "cycles": 2,
+        # the copy lives elsewhere: name the shipped policy file absolutely
+        "policy": str(ROOT / "memloop/experiments/policies/awi-quickstart.yaml"),
     }
     path = root / "quickstart.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -87,6 +89,8 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
         name = run.data.tags["memloop.prompt_name"]
         assert len(mlc.search_prompt_versions(name)) == 2
         assert run.data.params["condition.feedback_mode"] == mode
+        assert run.data.params["data.procedural.seed"] == "5"
+        assert len(run.data.params["data.procedural.catalogue_sha256"]) == 64
     # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
     # prompt, the feedback modes logged the summary the evolver read
     from memloop.optimize.compare import _download_text
@@ -98,6 +102,8 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
             json.loads(_download_text(mlc, rid, f"prompts/cycle_0{k}.json")) for k in (0, 1)
         )
         assert set(first) == set(second) == {"writer"}
+        evolve = json.loads(_download_text(mlc, rid, "evolve/cycle_00.json"))
+        assert second == evolve["prompts"]  # cycle 1 ran the evolver's proposal
         if mode == "none":
             assert first == second
         else:
@@ -111,6 +117,7 @@ def test_table_and_plot(quickstart, first_run):
     for mode in MODES:
         assert re.search(rf"\b{mode}\b", out), out
     assert "model responses this run:" in out
+    assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
     plot = root / "out" / "quickstart.png"
     from matplotlib.image import imread
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memloop.core.checks import CheckReport, ContractError
 from memloop.core.errors import UserError
 from memloop.environment.policy import Policy
 
@@ -53,19 +53,11 @@ POLICY_MEMBERS = protocol_members(Policy)
 UNKNOWN_PROMPT = "no_such_prompt_name"
 
 
-class PolicyCheckError(AssertionError):
+class PolicyCheckError(ContractError):
     """One or more promises of the Policy contract are broken; the message lists them."""
 
 
-@dataclass
-class PolicyCheckReport:
-    name: str
-    checks: list[str] = field(default_factory=list)  # what was verified
-    problems: list[str] = field(default_factory=list)  # what failed
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+PolicyCheckReport = CheckReport
 
 
 def check_policy(
@@ -95,13 +87,9 @@ def check_policy(
         return policy
 
     first = fresh()
-    report = PolicyCheckReport(name=str(getattr(first, "name", type(first).__name__)))
+    report = CheckReport(name=str(getattr(first, "name", type(first).__name__)))
 
-    def expect(condition: bool, check: str, problem: str) -> bool:
-        report.checks.append(check)
-        if not condition:
-            report.problems.append(problem)
-        return condition
+    expect = report.expect
 
     with tempfile.TemporaryDirectory(prefix="check-policy-", dir=workdir) as tmp:
         tmp_path = Path(tmp)
@@ -345,9 +333,5 @@ def _check_answer(
         )
 
 
-def _finish(report: PolicyCheckReport, raise_on_problem: bool) -> PolicyCheckReport:
-    if raise_on_problem and report.problems:
-        raise PolicyCheckError(
-            f"policy {report.name} breaks the Policy contract:\n- " + "\n- ".join(report.problems)
-        )
-    return report
+def _finish(report: CheckReport, raise_on_problem: bool) -> CheckReport:
+    return report.finish(PolicyCheckError, "Policy", raise_on_problem)

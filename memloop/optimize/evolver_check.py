@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from memloop.core.checks import CheckReport, ContractError
 from memloop.environment.policy_check import protocol_members
 from memloop.optimize.evolvers import Evolver, EvolveStep
 
@@ -41,19 +41,11 @@ DEFAULT_SUMMARY: dict[str, Any] = {
 }
 
 
-class EvolverCheckError(AssertionError):
+class EvolverCheckError(ContractError):
     """One or more promises of the Evolver contract are broken; the message lists them."""
 
 
-@dataclass
-class EvolverCheckReport:
-    name: str
-    checks: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+EvolverCheckReport = CheckReport
 
 
 def check_evolver(
@@ -73,13 +65,9 @@ def check_evolver(
         EvolverCheckError: listing every problem, unless ``raise_on_problem`` is False.
     """
     first = evolver_factory()
-    report = EvolverCheckReport(name=str(getattr(first, "name", type(first).__name__)))
+    report = CheckReport(name=str(getattr(first, "name", type(first).__name__)))
 
-    def expect(condition: bool, check: str, problem: str) -> bool:
-        report.checks.append(check)
-        if not condition:
-            report.problems.append(problem)
-        return condition
+    expect = report.expect
 
     missing = [m for m in EVOLVER_MEMBERS if not hasattr(first, m)]
     if not expect(
@@ -124,9 +112,5 @@ def check_evolver(
     return _finish(report, raise_on_problem)
 
 
-def _finish(report: EvolverCheckReport, raise_on_problem: bool) -> EvolverCheckReport:
-    if raise_on_problem and report.problems:
-        raise EvolverCheckError(
-            f"evolver {report.name} breaks the Evolver contract:\n- " + "\n- ".join(report.problems)
-        )
-    return report
+def _finish(report: CheckReport, raise_on_problem: bool) -> CheckReport:
+    return report.finish(EvolverCheckError, "Evolver", raise_on_problem)

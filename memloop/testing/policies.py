@@ -12,24 +12,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json
+from memloop.policies.base import Answer
 
 DEFAULT_PROMPTS = {"writer": "Remember what the user says."}
 
 
-@dataclass
-class ScriptedAnswer:
-    """What :meth:`ScriptedPolicy.answer` returns (the AnswerLike shape)."""
-
-    text: str
-    retrieved_memories: list[str] = field(default_factory=list)
-    parsed: Any = None
-    json_error: str | None = None
+ScriptedAnswer = Answer  # the policies' own probe result
 
 
 class ScriptedPolicy:

@@ -1,0 +1,132 @@
+"""memloop.core: errors' exit path, the one path rule, atomic writes, hashes, safe names, tables."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from memloop.core import (
+    UserError,
+    atomic_write_json,
+    atomic_write_text,
+    atomic_writer,
+    exit_on_user_error,
+    file_sha256,
+    format_table,
+    json_sha256,
+    load_yaml_model,
+    safe_name,
+)
+
+
+def test_user_error_is_one_line_and_exit_2():
+    err = io.StringIO()
+
+    def fails():
+        raise UserError("run.yaml: key 'cycles': must be at least 1\n(check the file)")
+
+    assert exit_on_user_error(fails, stream=err) == 2
+    assert (
+        err.getvalue()
+        == "memloop: error: run.yaml: key 'cycles': must be at least 1 (check the file)\n"
+    )
+    assert exit_on_user_error(lambda: None, stream=err) == 0
+    assert exit_on_user_error(lambda: 3, stream=err) == 3
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        exit_on_user_error(lambda: 1 // 0, stream=err)
+
+
+class Experiment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policy: str
+    cycles: int = 1
+    endpoints: dict[str, str] = {}
+
+
+def test_paths_inside_a_yaml_are_relative_to_its_folder(tmp_path):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    path = folder / "run.yaml"
+    path.write_text("policy: ../policies/awi.yaml\nendpoints: {agent: local.yaml}\n")
+    config = load_yaml_model(Experiment, path, path_keys=("policy", "endpoints.agent"))
+    assert config.policy == str(tmp_path / "policies" / "awi.yaml")
+    assert config.endpoints == {"agent": str(folder / "local.yaml")}
+    absolute = load_yaml_model(
+        Experiment, path, path_keys=("policy",), data={"policy": "/abs/p.yaml"}
+    )
+    assert absolute.policy == "/abs/p.yaml"
+    overridden = load_yaml_model(
+        Experiment, path, path_keys=("policy",), overrides={"cycles": 4, "policy": None}
+    )
+    assert overridden.cycles == 4 and overridden.policy == str(tmp_path / "policies" / "awi.yaml")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "policy: a\ncolour: red\n",
+            "run.yaml: unknown key 'colour' (allowed: policy, cycles, endpoints)",
+        ),
+        ("policy: a\ncycles: many\n", "run.yaml: key 'cycles': Input should be a valid integer"),
+        ("- a\n- b\n", "run.yaml: expected a mapping of keys to values at the top level"),
+        ("policy: [unclosed\n", "run.yaml: not valid YAML"),
+    ],
+)
+def test_bad_yaml_names_file_and_key(tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_yaml_model(Experiment, path)
+    assert str(info.value).startswith(str(tmp_path / message.split(": ", 1)[0]))
+    assert message.split(": ", 1)[1].split(" (")[0] in str(info.value)
+
+
+def test_impossible_dates_stay_text(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("policy: 2020-13-01\n")
+    assert load_yaml_model(Experiment, path).policy == "2020-13-01"
+
+
+def test_atomic_writes_replace_whole_files_and_leave_no_temp(tmp_path):
+    target = tmp_path / "sub" / "out.json"
+    atomic_write_json(target, {"b": 1, "a": "é"})
+    assert target.read_text(encoding="utf-8") == '{\n "b": 1,\n "a": "é"\n}\n'
+    with pytest.raises(RuntimeError), atomic_writer(target) as handle:
+        handle.write("half")
+        raise RuntimeError("crash mid-write")
+    assert json.loads(target.read_text(encoding="utf-8")) == {"b": 1, "a": "é"}  # old file intact
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]
+    atomic_write_text(target, "new\n")
+    assert target.read_text() == "new\n" and oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_hashes(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"abc" * 1000)
+    assert file_sha256(path, chunk=7) == hashlib.sha256(b"abc" * 1000).hexdigest()
+    expected = hashlib.sha256(b'{"a":[1,"\xc3\xa9"],"b":1}').hexdigest()
+    assert json_sha256({"b": 1, "a": [1, "é"]}) == expected  # sorted keys, compact, UTF-8
+
+
+def test_safe_names_keep_safe_text_and_never_collide():
+    assert safe_name("user-01_a.b") == "user-01_a.b"
+    names = {safe_name(t) for t in ("alice/1", "alice_1", "alice:1", "..", ".", "")}
+    assert len(names) == 6
+    assert safe_name("alice/1").startswith("alice_1-") and len(safe_name("alice/1")) == 16
+    assert all("/" not in n and n not in (".", "..", "") for n in names)
+
+
+def test_format_table_aligns_columns():
+    table = format_table(["mode", "score", "n"], [["none", 0.5, 3], ["complete", None, 12]])
+    assert table.splitlines() == [
+        "mode      score   n",
+        "none      0.500   3",
+        "complete    n/a  12",
+    ]
+    with pytest.raises(ValueError, match="row 0 has 2 cells, expected 3"):
+        format_table(["a", "b", "c"], [[1, 2]])
