@@ -132,3 +132,39 @@ def test_rerun_is_served_without_new_model_responses(quickstart, first_run, caps
     assert main(args) == 0
     out = capsys.readouterr().out
     assert re.search(r"model responses this run: 0 new", out), out
+
+
+def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
+    """`memloop eval` with the quickstart's policy on its users: the episodes equal the
+    quickstart's cycle-0 episodes, so the model work is the quickstart's (served from the cache)."""
+    root, _, _ = quickstart
+    env = root / "env.json"
+    procedural = ["--users", "2", "--periods", "1", "--questions", "1", "--seed", "5"]
+    assert main(["env", "procedural", *procedural, "--out", str(env)]) == 0
+    args = [
+        "eval",
+        "--env",
+        str(env),
+        "--policy",
+        str(ROOT / "memloop/experiments/policies/awi-quickstart.yaml"),
+        "--out",
+        str(root / "eval"),
+        "--endpoint",
+        str(root / "endpoint.yaml"),
+        "--rounds-update",
+        "1",
+    ]
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    m = json.loads((root / "eval" / "metrics.json").read_text())
+    keys = ("overall", "random", "upper_bound", "memory_score", "per_period", "diagnosis")
+    assert all(key in m for key in (*keys, "factual_recall", "usage"))
+    d = m["diagnosis"]
+    assert d["write"] + d["read"] + d["utilization"] == pytest.approx(1 - m["overall"])
+    assert m["questions"] == 2 * 2 * 1 and len(m["per_period"]) == 2  # users x periods x q
+    lines = (root / "eval" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == m["questions"]
+    print(printed.splitlines()[-2])  # how many requests the cache did not answer
+    assert main(args) == 0  # rerun: served from checkpoints
+    assert "new model requests this run: 0" in capsys.readouterr().out
