@@ -6,10 +6,9 @@ from memloop.llm.cache import ResponseCache
 from memloop.llm.client import ChatClient, ChatResult, LLMRequestError
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.errors import EndpointUnreachable, MissingApiKey, ModelFileError, UserError
-from memloop.llm.usage import COMPONENTS, UsageTracker
+from memloop.llm.usage import UsageTracker
 
 __all__ = [
-    "COMPONENTS",
     "ChatClient",
     "ChatResult",
     "Endpoint",

@@ -156,13 +156,6 @@ def shared_server(model: PackagedModel, settings: ServerSettings) -> EmbeddedSer
         return server
 
 
-def stop_shared_servers() -> None:
-    with _servers_lock:
-        for server in _servers.values():
-            server.stop()
-        _servers.clear()
-
-
 # ---------------------------------------------------------------- child process side
 
 

@@ -1,12 +1,9 @@
-"""Token accounting per component tag (user_sim, agent, memory, probe, checker, optimizer)."""
+"""Token accounting per component tag (user_sim, agent, memory, probe, checker, optimizer, generator)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass
-
-COMPONENTS = ("user_sim", "agent", "memory", "probe", "checker", "optimizer")
-
 
 @dataclass
 class ComponentUsage:
