@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_table
 
 _PROCEDURAL_EPILOG = """\
@@ -277,7 +278,6 @@ def _register_check(env_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    import json
 
     from memloop.environment.datafile import load_items
     from memloop.environment.exposure_check import check_exposure
@@ -301,6 +301,5 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{sum(len(s.intended) for s in report.sessions)} exposed values recovered)"
     )
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump([s.__dict__ for s in report.sessions], fh, indent=1)
+        atomic_write_json(args.json, [s.__dict__ for s in report.sessions])
     return 0
