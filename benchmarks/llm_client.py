@@ -86,7 +86,7 @@ def throughput(levels: list[int], per_level: int, workdir: Path) -> list[dict]:
             with ThreadPoolExecutor(max_workers=n) as pool:
                 list(
                     pool.map(
-                        lambda i: client.chat(
+                        lambda i, client=client: client.chat(
                             [{"role": "user", "content": f"q{i}"}], component="agent"
                         ),
                         range(count),

@@ -1,4 +1,5 @@
-"""The data.json models: exact round trip of the published format and the lookups later code uses."""
+"""The data.json models: exact round trip of the published format and the lookups later code
+uses."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_gold_choice_index(item: UserItem) -> None:
 def test_gold_choice_index_accepts_dict_states(item: UserItem) -> None:
     qa = item.qas[0]
     for choice in qa.answer_choices:
-        choice.state = dict(zip(qa.required_info, choice.state))
+        choice.state = dict(zip(qa.required_info, choice.state, strict=True))
     assert item.gold_choice_index(0, 1) == 0
 
 

@@ -3,7 +3,6 @@ checkpoints, resume after a kill, and the simulator on the embedded model."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys

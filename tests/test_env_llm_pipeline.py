@@ -542,7 +542,7 @@ def test_happy_run_writes_valid_data_and_is_reproducible(tmp_path: Path, persona
     item = items[0]
     assert len(item.periods) == 3 and len(item.qas) == 2
     assert all(len(qa.answer_choices) >= 4 for qa in item.qas)
-    for p, period in enumerate(item.periods[1:], 1):
+    for period in item.periods[1:]:
         assert 1 <= len(period.updates) <= 3 and period.sessions
         for session in period.sessions:
             when = datetime.strptime(session.session_time, "%Y-%m-%d %H:%M:%S").date()
@@ -743,3 +743,11 @@ def test_all_failed_parallel_steps_are_listed(tmp_path: Path, persona_file: Path
     assert [f["step"] for f in failure.also_failed] == ["sessions_01", "sessions_02"]
     finished = {p.stem for p in (tmp_path / "o" / "raw").glob("*/*.json")}
     assert {"answers_q00", "answers_q01"} <= finished  # the parallel stage's good steps are kept
+
+
+def test_inline_endpoint_mapping_is_validated():
+    config = PipelineConfig(endpoint={"model": "m", "base_url": "http://127.0.0.1:9/v1"})
+    endpoint = config.endpoint_config()
+    assert (endpoint.model, endpoint.base_url) == ("m", "http://127.0.0.1:9/v1")
+    with pytest.raises(UserError, match="unknown key 'colour'"):
+        PipelineConfig(endpoint={"model": "m", "colour": "red"}).endpoint_config()

@@ -67,7 +67,8 @@ CASES = [
     (
         "gold missing among choices",
         _delete(0, "qas", 0, "answer_choices", 0),
-        "[0].qas[0].answer_choices: no choice matches the gold state ['bike', 'one_dog'] of period 1",
+        "[0].qas[0].answer_choices: no choice matches the gold state ['bike', 'one_dog'] "
+        "of period 1",
     ),
     (
         "gold matched twice",
@@ -82,7 +83,8 @@ CASES = [
     (
         "exposed mismatch",
         _set(0, "periods", 1, "sessions", 0, "exposed_states", "commute_mode", "train"),
-        "[0].periods[1].sessions[0].exposed_states.commute_mode: 'train' does not match the period's state value 'bike'",
+        "[0].periods[1].sessions[0].exposed_states.commute_mode: 'train' does not match "
+        "the period's state value 'bike'",
     ),
     (
         "period dates out of order",
@@ -92,7 +94,8 @@ CASES = [
     (
         "session dates out of order",
         _set(0, "periods", 0, "sessions", 1, "session_time", "2021-02-27 10:00:00"),
-        "[0].periods[0].sessions[1].session_time: 2021-02-27 10:00:00 is earlier than the preceding session",
+        "[0].periods[0].sessions[1].session_time: 2021-02-27 10:00:00 is earlier than "
+        "the preceding session",
     ),
     (
         "not a date",
@@ -102,12 +105,14 @@ CASES = [
     (
         "update without change",
         _set(0, "periods", 1, "updates", "commute_mode", {"old": "bike", "new": "bike"}),
-        "[0].periods[1].updates.commute_mode.old: 'bike' differs from the previous period's value 'car'",
+        "[0].periods[1].updates.commute_mode.old: 'bike' differs from the previous period's "
+        "value 'car'",
     ),
     (
         "change without update",
         _delete(0, "periods", 1, "updates", "household_pets"),
-        "[0].periods[1].updates: 'household_pets' changed from 'none' to 'one_dog' but has no update entry",
+        "[0].periods[1].updates: 'household_pets' changed from 'none' to 'one_dog' but has "
+        "no update entry",
     ),
     (
         "state misses a variable",
@@ -197,7 +202,8 @@ def test_cli_prints_violation_and_exits_2(
         ("{}", "(top level): expected a list of user items, got an object"),
         (
             '{"periods": []}',
-            "(top level): expected a list of user items, got an object; wrap the single item in [ ]",
+            "(top level): expected a list of user items, got an object; "
+            "wrap the single item in [ ]",
         ),
         ("[]", "(top level): the list holds no user items"),
         ("42", "(top level): expected a list of user items, got integer 42"),

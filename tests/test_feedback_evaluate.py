@@ -4,7 +4,6 @@ fields and identities, the plot, and a rerun that makes no model call."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import pytest
 

@@ -1,5 +1,7 @@
-"""Pydantic models of one simulated user's trajectory in the published AMemGym data.json format,
-plus the lookups later code needs (state at a period, gold answer, changes, exposures).
+"""Pydantic models of one simulated user's trajectory in the published AMemGym data.json format.
+
+The models also give the lookups later code needs (state at a period, gold answer, changes,
+exposures).
 
 Field names are the published JSON keys. Models keep unknown keys (``extra="allow"``) and are dumped
 with ``exclude_unset`` so a loaded item is written back with exactly the keys it was read with.
@@ -50,7 +52,7 @@ class UserProfile(_Record):
     formatted_str: str | None = None
 
     def text(self) -> str:
-        """The profile as prompt text: `formatted_str`, or `key: value` lines built from the fields."""
+        """The profile as prompt text: `formatted_str`, or `key: value` lines from the fields."""
         if self.formatted_str:
             return self.formatted_str
         lines = [
@@ -91,8 +93,10 @@ class Period(_Record):
 
 
 class AnswerChoice(_Record):
-    """A personalised answer for one state variant; `state` is a list aligned with the question's
-    `required_info` (published form) or a {variable: value} object.
+    """A personalised answer for one state variant.
+
+    `state` is a list aligned with the question's `required_info` (published form) or a {variable:
+    value} object.
     """
 
     state: list[str] | dict[str, str]
@@ -102,7 +106,8 @@ class AnswerChoice(_Record):
     @field_validator("state", mode="wrap")
     @classmethod
     def _one_clear_error(cls, value: Any, handler: Any) -> Any:
-        # The union would otherwise report one error per member, with internal type tags in the path.
+        # The union would otherwise report one error per member, with internal type tags in the
+        # path.
         try:
             return handler(value)
         except ValidationError:
@@ -117,7 +122,10 @@ class AnswerChoice(_Record):
             ) from None
 
     def values(self, required_info: list[str]) -> tuple[str | None, ...]:
-        """The variant's values in `required_info` order (None where a dict form lacks a variable)."""
+        """The variant's values in `required_info` order.
+
+        None where a dict form lacks a variable.
+        """
         if isinstance(self.state, dict):
             return tuple(self.state.get(var) for var in required_info)
         return tuple(self.state)
@@ -164,8 +172,10 @@ class UserItem(_Record):
         return dict(self._period(period).state)
 
     def changed_variables(self, period: int) -> set[str]:
-        """Variables whose value was set in `period`: every variable in period 0, otherwise those
-        whose value differs from the previous period's state.
+        """Variables whose value was set in `period`.
+
+        Every variable in period 0, otherwise those whose value differs from the previous period's
+        state.
         """
         current = self._period(period).state
         if period == 0:

@@ -1,5 +1,7 @@
-"""Reading and writing data.json files: text -> checked `UserItem`s with every problem reported by
-JSON path (never a traceback), and items -> the published JSON, written atomically.
+"""Reading and writing data.json files.
+
+Text -> checked `UserItem`s with every problem reported by JSON path (never a traceback), and items
+-> the published JSON, written atomically.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from memloop.core.files import atomic_write_text
 from memloop.environment.data import UserItem
@@ -51,7 +54,7 @@ def _describe_value(value: Any) -> str:
     return type(value).__name__
 
 
-def _error_line(error: dict[str, Any], loc_prefix: tuple[int, ...], data: Any) -> str:
+def _error_line(error: ErrorDetails, loc_prefix: tuple[int, ...], data: Any) -> str:
     path = from_loc(loc_prefix + tuple(error["loc"]), data)
     kind = error["type"]
     if kind == "missing":
@@ -67,8 +70,10 @@ def _error_line(error: dict[str, Any], loc_prefix: tuple[int, ...], data: Any) -
 
 
 def parse_data(data: Any) -> tuple[list[UserItem], list[str]]:
-    """Build items from decoded JSON; returns the items that parsed and every violation (structural
-    ones for items that did not parse, consistency ones for those that did).
+    """Build items from decoded JSON.
+
+    Returns the items that parsed and every violation (structural ones for items that did not parse,
+    consistency ones for those that did).
     """
     if isinstance(data, dict):
         hint = "; wrap the single item in [ ]" if "periods" in data else ""
@@ -91,7 +96,10 @@ def parse_data(data: Any) -> tuple[list[UserItem], list[str]]:
 
 
 def parse_text(text: str) -> tuple[list[UserItem], list[str]]:
-    """Decode JSON text and build items; an empty or malformed text gives one file-level violation."""
+    """Decode JSON text and build items.
+
+    An empty or malformed text gives one file-level violation.
+    """
     if not text.strip():
         return [], [f"{FILE_PATH}: the file is empty"]
     try:
@@ -106,8 +114,9 @@ def parse_text(text: str) -> tuple[list[UserItem], list[str]]:
 
 
 def read_items(path: str | os.PathLike[str]) -> tuple[list[UserItem], list[str]]:
-    """Read a data.json file: the items that parsed and every violation. Raises EnvFileError only
-    when the file cannot be read at all.
+    """Read a data.json file: the items that parsed and every violation.
+
+    Raises EnvFileError only when the file cannot be read at all.
     """
     path = Path(path)
     if path.is_dir():
@@ -126,7 +135,10 @@ def read_items(path: str | os.PathLike[str]) -> tuple[list[UserItem], list[str]]
 
 
 def load_items(path: str | os.PathLike[str]) -> list[UserItem]:
-    """Load a data.json file, raising EnvFileError (one line, first problem) if it has any violation."""
+    """Load a data.json file, raising EnvFileError if it has any violation.
+
+    The error is one line, naming the first problem.
+    """
     items, problems = read_items(path)
     if problems:
         more = (
@@ -139,13 +151,18 @@ def load_items(path: str | os.PathLike[str]) -> list[UserItem]:
 
 
 def dump_items(items: list[UserItem]) -> str:
-    """The items as data.json text; deterministic (field order, 2-space indent, UTF-8, final newline)."""
+    """The items as data.json text.
+
+    Deterministic: field order, 2-space indent, UTF-8, final newline.
+    """
     return json.dumps([item.to_json() for item in items], ensure_ascii=False, indent=2) + "\n"
 
 
 def save_items(items: list[UserItem], path: str | os.PathLike[str]) -> None:
-    """Write the items to `path` atomically (a temporary file in the same folder, then a rename), so
-    a crash never leaves a half-written data file behind.
+    """Write the items to `path` atomically.
+
+    The items go to a temporary file in the same folder, then a rename, so a crash never leaves a
+    half-written data file behind.
     """
     path = Path(path)
     if path.is_dir():

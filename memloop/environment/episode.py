@@ -1,6 +1,7 @@
-"""The episode runner: drives a policy through every period of a user item, on-policy (with the
-user simulator) or off-policy (replaying a recorded conversation), with per-period checkpoints so
-a killed run resumes at its last finished period.
+"""The episode runner: drives a policy through every period of a user item.
+
+Runs on-policy (with the user simulator) or off-policy (replaying a recorded conversation), with
+per-period checkpoints so a killed run resumes at its last finished period.
 
 Layout of a run folder, per user:
     <out>/<user_id>/period_00/record.json   conversation, probe results, usage (written last)
@@ -95,8 +96,10 @@ def _usage_delta(
 
 
 class EpisodeRunner:
-    """Runs one user's episode. `simulator` is needed on-policy; `replay` (period -> sessions of
-    recorded messages) selects off-policy mode.
+    """Runs one user's episode.
+
+    `simulator` is needed on-policy; `replay` (period -> sessions of recorded messages) selects
+    off-policy mode.
     """
 
     def __init__(
@@ -123,19 +126,20 @@ class EpisodeRunner:
         self.replay = replay
         self.n_periods = min(periods or item.num_periods, item.num_periods)
         self.on_period = on_period
+        self._restore_from: Path | None = None  # policy state to load before the next run period
 
     def advance(self, p: int, prompts: dict[str, str] | None = None) -> PeriodRecord:
-        """Run period `p` alone (lockstep use; periods must be advanced in order): a finished
-        period is read from disk, otherwise the policy state of period p-1 is restored if
+        """Run period `p` alone (lockstep use; periods must be advanced in order).
+
+        A finished period is read from disk, otherwise the policy state of period p-1 is restored if
         needed, switched to `prompts` keeping its memory, and period p is run.
         """
         path = period_dir(self.user_dir, p) / "record.json"
         if path.is_file():
             self._restore_from = period_dir(self.user_dir, p) / "policy"
             return load_record(path)
-        restore = getattr(self, "_restore_from", None)
-        if restore is not None:
-            self.policy.load(restore)
+        if self._restore_from is not None:
+            self.policy.load(self._restore_from)
             self._restore_from = None
         if prompts is not None and prompts != self.policy.prompts():
             old, self.policy = self.policy, self.policy.with_prompts(prompts, keep_memory=True)
@@ -259,9 +263,10 @@ def run_episodes(
     replay_from: Path | None = None,
     progress: bool = True,
 ) -> list[EpisodeResult]:
-    """Run every user's episode (users concurrently up to a bound) with progress bars for users
-    and periods. Each user gets its own policy and token counters; the endpoints, cache and
-    concurrency bounds are shared.
+    """Run every user's episode, users concurrently up to a bound.
+
+    Progress bars show users and periods. Each user gets its own policy and token counters; the
+    endpoints, cache and concurrency bounds are shared.
     """
     from tqdm import tqdm
 
@@ -285,7 +290,9 @@ def run_episodes(
             else:
                 simulator = UserSimulator((sim_client or agent_client).fork(usage), sim_config)
             # a probe that makes model calls counts them in this user's tracker
-            user_probe = probe.for_user(usage) if hasattr(probe, "for_user") else probe
+            user_probe = (
+                probe.for_user(usage) if probe is not None and hasattr(probe, "for_user") else probe
+            )
             runner = EpisodeRunner(
                 item,
                 policy,

@@ -1,5 +1,7 @@
-"""Errors the environment raises for problems a user can fix (bad data file, bad generator options);
-all are `UserError`s, so the CLI prints one line and exits 2.
+"""Errors the environment raises for problems a user can fix.
+
+For example a bad data file or bad generator options. All are `UserError`s, so the CLI prints one
+line and exits 2.
 """
 
 from __future__ import annotations
@@ -8,7 +10,10 @@ from memloop.core.errors import UserError
 
 
 class EnvFileError(UserError):
-    """A data.json file cannot be read or breaks the format; `violations` lists every problem found."""
+    """A data.json file cannot be read or breaks the format.
+
+    `violations` lists every problem found.
+    """
 
     def __init__(self, message: str, violations: list[str] | None = None) -> None:
         super().__init__(message)
@@ -16,7 +21,10 @@ class EnvFileError(UserError):
 
 
 class EnvDataError(UserError):
-    """A user item is inconsistent in a way only noticed when used (e.g. no choice matches the gold state)."""
+    """A user item is inconsistent in a way only noticed when used.
+
+    For example, no choice matches the gold state.
+    """
 
 
 class ProceduralArgumentError(UserError):

@@ -1,5 +1,6 @@
-"""Automatic meta-evaluation of state exposure (the paper's human check, by a checker LLM):
-for every session, a checker that sees only the opening utterance predicts the values of the
+"""Automatic meta-evaluation of state exposure (the paper's human check, by a checker LLM).
+
+For every session, a checker that sees only the opening utterance predicts the values of the
 session's exposed variables; agreement = share of exposed values it recovers.
 """
 

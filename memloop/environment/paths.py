@@ -29,8 +29,9 @@ def join(steps: Iterable[str | int]) -> str:
 
 
 def from_loc(loc: tuple[str | int, ...], data: Any) -> str:
-    """Turn a pydantic error location into a path through `data`, dropping pydantic's internal
-    type tags (steps that name no key or index of the input).
+    """Turn a pydantic error location into a path through `data`.
+
+    Drops pydantic's internal type tags (steps that name no key or index of the input).
     """
     steps: list[str | int] = []
     node = data

@@ -39,8 +39,10 @@ class Policy(Protocol):
         """The mutable memory-write prompts: {predictor name: instructions}."""
 
     def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> Policy:
-        """A new policy using these prompts, with fresh memory (or a copy of this one's when
-        keep_memory, for evolving inside an episode); self is unchanged.
+        """A new policy using these prompts; self is unchanged.
+
+        It has fresh memory, or a copy of this one's when keep_memory (for evolving inside an
+        episode).
         """
 
     def save(self, directory: Path) -> None:

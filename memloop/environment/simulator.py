@@ -1,6 +1,8 @@
-"""The simulated user (paper §3.2): opens each session with its pre-generated utterance and the
-session time, then keeps the conversation going for the configured rounds while role-playing the
-profile and never stating values of schema variables beyond the session's exposed ones.
+"""The simulated user (paper §3.2).
+
+It opens each session with its pre-generated utterance and the session time, then keeps the
+conversation going for the configured rounds while role-playing the profile and never stating values
+of schema variables beyond the session's exposed ones.
 """
 
 from __future__ import annotations
@@ -86,8 +88,10 @@ class UserSimulator:
     def follow_up(
         self, item: UserItem, period: int, session: Session, history: list[dict[str, str]]
     ) -> FollowUp:
-        """The user's next message after `history` (the session so far, ending with the
-        assistant's reply). Only the last exchange is shown, as in the paper.
+        """The user's next message after `history`.
+
+        `history` is the session so far, ending with the assistant's reply. Only the last exchange
+        is shown, as in the paper.
         """
         hidden = {v: c for v, c in item.state_schema.items() if v not in session.exposed_states}
         hidden_lines = (

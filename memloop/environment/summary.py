@@ -1,5 +1,6 @@
-"""Size statistics of a set of user items (counts and min/mean/max distributions), for
-`memloop env validate` and for recording what an environment looked like.
+"""Size statistics of a set of user items (counts and min/mean/max distributions).
+
+For `memloop env validate` and for recording what an environment looked like.
 """
 
 from __future__ import annotations

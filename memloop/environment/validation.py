@@ -1,5 +1,7 @@
-"""Consistency checks of parsed user items (values are choices, gold answers exist, exposures match
-the state, dates are ordered); each problem is one string starting with its JSON path.
+"""Consistency checks of parsed user items.
+
+Values are choices, gold answers exist, exposures match the state, dates are ordered; each problem
+is one string starting with its JSON path.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ def parse_session_time(text: str | None) -> datetime | None:
 
 
 def check_items(items: list[UserItem], positions: list[int] | None = None) -> list[str]:
-    """Every consistency violation in `items`; item i is reported as ``[positions[i]]`` (default: i),
-    so items parsed out of a file with broken neighbours keep their file positions.
+    """Every consistency violation in `items`.
+
+    Item i is reported as ``[positions[i]]`` (default: i), so items parsed out of a file with broken
+    neighbours keep their file positions.
     """
     positions = list(range(len(items))) if positions is None else positions
     problems: list[str] = []
     first_seen: dict[str, int] = {}
-    for i, item in zip(positions, items):
+    for i, item in zip(positions, items, strict=True):
         problems.extend(check_item(item, i))
         if item.id in first_seen:
             problems.append(
@@ -90,7 +94,7 @@ def _check_period(
     item: UserItem, index: int, p: int, period: Period, previous: Period | None
 ) -> list[str]:
     problems: list[str] = []
-    base = [index, "periods", p]
+    base: list[str | int] = [index, "periods", p]
     for var, value in period.state.items():
         problem = _value_problem(item, join(base + ["state", var]), var, value)
         if problem:
@@ -99,7 +103,8 @@ def _check_period(
     if missing:
         names = ", ".join(repr(var) for var in missing)
         problems.append(
-            f"{join(base + ['state'])}: missing variable(s) {names} (the state must assign every variable)"
+            f"{join(base + ['state'])}: missing variable(s) {names} "
+            "(the state must assign every variable)"
         )
 
     for var, update in period.updates.items():
@@ -109,7 +114,8 @@ def _check_period(
             continue
         if var in period.state and update.new != period.state[var]:
             problems.append(
-                f"{where}.new: {update.new!r} differs from the period's state value {period.state[var]!r}"
+                f"{where}.new: {update.new!r} differs from the period's state value "
+                f"{period.state[var]!r}"
             )
         if previous is None:
             if update.old is not None:
@@ -117,7 +123,8 @@ def _check_period(
         else:
             if update.old != previous.state.get(var):
                 problems.append(
-                    f"{where}.old: {update.old!r} differs from the previous period's value {previous.state.get(var)!r}"
+                    f"{where}.old: {update.old!r} differs from the previous period's value "
+                    f"{previous.state.get(var)!r}"
                 )
             if update.old == update.new:
                 problems.append(f"{where}: old and new are both {update.new!r}, which is no change")
@@ -131,7 +138,8 @@ def _check_period(
                 and var not in period.updates
             ):
                 problems.append(
-                    f"{join(base + ['updates'])}: {var!r} changed from {before!r} to {after!r} but has no update entry"
+                    f"{join(base + ['updates'])}: {var!r} changed from {before!r} to {after!r} but "
+                    "has no update entry"
                 )
 
     for var, count in (period.update_cnts or {}).items():
@@ -148,21 +156,23 @@ def _check_period(
                 problems.append(f"{where}: unknown variable {var!r} (not in state_schema)")
             elif value != period.state.get(var):
                 problems.append(
-                    f"{where}: {value!r} does not match the period's state value {period.state.get(var)!r}"
+                    f"{where}: {value!r} does not match the period's state value "
+                    f"{period.state.get(var)!r}"
                 )
     return problems
 
 
 def _check_question(item: UserItem, index: int, q: int, qa: QuestionAnswer) -> list[str]:
     problems: list[str] = []
-    base = [index, "qas", q]
+    base: list[str | int] = [index, "qas", q]
     required = qa.required_info
     if not required:
         problems.append(f"{join(base + ['required_info'])}: lists no variables")
     for r, var in enumerate(required):
         if var not in item.state_schema:
             problems.append(
-                f"{join(base + ['required_info', r])}: unknown variable {var!r} (not in state_schema)"
+                f"{join(base + ['required_info', r])}: unknown variable {var!r} "
+                "(not in state_schema)"
             )
     for var, count in sorted(Counter(required).items()):
         if count > 1:
@@ -181,7 +191,8 @@ def _check_question(item: UserItem, index: int, q: int, qa: QuestionAnswer) -> l
             if set(choice.state) != set(required):
                 choices_ok = False
                 problems.append(
-                    f"{join(where)}: has variables {sorted(choice.state)} but required_info is {required}"
+                    f"{join(where)}: has variables {sorted(choice.state)} but required_info is "
+                    f"{required}"
                 )
                 continue
             pairs = [(var, choice.state[var], where + [var]) for var in required]
@@ -189,12 +200,13 @@ def _check_question(item: UserItem, index: int, q: int, qa: QuestionAnswer) -> l
             if len(choice.state) != len(required):
                 choices_ok = False
                 problems.append(
-                    f"{join(where)}: has {len(choice.state)} values but required_info has {len(required)} variables"
+                    f"{join(where)}: has {len(choice.state)} values but required_info has "
+                    f"{len(required)} variables"
                 )
                 continue
             pairs = [
                 (var, value, where + [r])
-                for r, (var, value) in enumerate(zip(required, choice.state))
+                for r, (var, value) in enumerate(zip(required, choice.state, strict=True))
             ]
         for var, value, steps in pairs:
             if var in item.state_schema and value not in item.state_schema[var]:
@@ -202,7 +214,8 @@ def _check_question(item: UserItem, index: int, q: int, qa: QuestionAnswer) -> l
         values = choice.values(required)
         if values in seen:
             problems.append(
-                f"{join(where)}: same state variant {list(values)} as answer_choices[{seen[values]}]"
+                f"{join(where)}: same state variant {list(values)} as "
+                f"answer_choices[{seen[values]}]"
             )
         else:
             seen[values] = c
@@ -216,12 +229,13 @@ def _check_question(item: UserItem, index: int, q: int, qa: QuestionAnswer) -> l
         matches = qa.matching_choices(gold)
         if not matches:
             problems.append(
-                f"{join(base + ['answer_choices'])}: no choice matches the gold state {list(gold)} of period {p}"
+                f"{join(base + ['answer_choices'])}: no choice matches the gold state {list(gold)} "
+                f"of period {p}"
             )
         elif len(matches) > 1:
             problems.append(
-                f"{join(base + ['answer_choices'])}: choices {matches} all match the gold state {list(gold)} "
-                f"of period {p}; exactly one must"
+                f"{join(base + ['answer_choices'])}: choices {matches} all match the gold state "
+                f"{list(gold)} of period {p}; exactly one must"
             )
     return problems
 
@@ -237,7 +251,7 @@ def _check_dates(item: UserItem, index: int) -> list[str]:
     previous_end: date | None = None
     previous_session: tuple[datetime, str] | None = None
     for p, period in enumerate(item.periods):
-        base = [index, "periods", p]
+        base: list[str | int] = [index, "periods", p]
         end = parse_date(period.period_end)
         if end is None:
             problems.append(
@@ -248,25 +262,28 @@ def _check_dates(item: UserItem, index: int) -> list[str]:
             begin = parse_date(period.period_start)
             if begin is None:
                 problems.append(
-                    f"{join(base + ['period_start'])}: {period.period_start!r} is not a date (YYYY-MM-DD)"
+                    f"{join(base + ['period_start'])}: {period.period_start!r} "
+                    "is not a date (YYYY-MM-DD)"
                 )
         if p == 0 and start is not None and end is not None and end < start:
             problems.append(
-                f"{join(base + ['period_end'])}: {period.period_end} is before start_time {item.start_time}"
+                f"{join(base + ['period_end'])}: {period.period_end} is before start_time "
+                f"{item.start_time}"
             )
         if previous_end is not None and end is not None and end <= previous_end:
             problems.append(
-                f"{join(base + ['period_end'])}: {period.period_end} is not after the previous period's end "
-                f"{previous_end.isoformat()}"
+                f"{join(base + ['period_end'])}: {period.period_end} is not after the previous "
+                f"period's end {previous_end.isoformat()}"
             )
         if begin is not None and end is not None and begin > end:
             problems.append(
-                f"{join(base + ['period_start'])}: {period.period_start} is after period_end {period.period_end}"
+                f"{join(base + ['period_start'])}: {period.period_start} is after period_end "
+                f"{period.period_end}"
             )
         if begin is not None and previous_end is not None and begin < previous_end:
             problems.append(
-                f"{join(base + ['period_start'])}: {period.period_start} is before the previous period's end "
-                f"{previous_end.isoformat()}"
+                f"{join(base + ['period_start'])}: {period.period_start} is before the previous "
+                f"period's end {previous_end.isoformat()}"
             )
 
         for s, session in enumerate(period.sessions):
@@ -287,7 +304,8 @@ def _check_dates(item: UserItem, index: int) -> list[str]:
                 )
             if previous_session is not None and when < previous_session[0]:
                 problems.append(
-                    f"{where}: {session.session_time} is earlier than the preceding session ({previous_session[1]})"
+                    f"{where}: {session.session_time} is earlier than the preceding session "
+                    f"({previous_session[1]})"
                 )
             previous_session = (when, session.session_time)
         if end is not None:

@@ -1,6 +1,7 @@
-"""Run an evaluation: on-policy episodes with the probes after every period, then scores,
-diagnosis, factual recall and the output files. The policy is passed in as a factory, so this
-module never depends on a policy implementation.
+"""Run an evaluation: on-policy episodes with the probes after every period, then scores.
+
+After the episodes come the scores, diagnosis, factual recall and the output files. The policy is
+passed in as a factory, so this module never depends on a policy implementation.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def run_evaluation(
     replay_from: Path | None = None,
     extra: dict[str, Any] | None = None,
 ) -> EvaluationResult:
-    """Episodes under `out_dir/episodes`, metrics.json / records.jsonl / per_period.png in
-    `out_dir`. A rerun resumes finished periods from their checkpoints (no model calls).
+    """Episodes under `out_dir/episodes`; metrics.json, records.jsonl, per_period.png in `out_dir`.
+
+    A rerun resumes finished periods from their checkpoints (no model calls).
     """
     out_dir = Path(out_dir)
     prober = Prober(ub_client=agent_client, checker_client=checker_client or agent_client)
@@ -79,8 +81,9 @@ def run_evaluation_groups(
     max_users_in_parallel: int = 2,
     progress: bool = True,
 ) -> dict[str, EvaluationResult]:
-    """Several groups of users (e.g. training and held-out users) under the same policy in one
-    pass, so users of different groups run concurrently: episodes under `out_dir/episodes`,
+    """Several groups of users (e.g. training and held-out users) under one policy in one pass.
+
+    Users of different groups therefore run concurrently: episodes under `out_dir/episodes`,
     each non-empty group's metrics.json / records.jsonl / per_period.png in `out_dir/<group>`.
     """
     out_dir = Path(out_dir)

@@ -1,7 +1,8 @@
-"""The probes run after each period (as the episode runner's probe hook): every evaluation
-question as a multiple-choice prompt through `policy.answer`, a state query for its required
-variables, the upper bound (the policy's LLM handed the true values), and the factual-recall
-check of the period's newly revealed states against `memory_view()`.
+"""The probes run after each period (as the episode runner's probe hook).
+
+They are: every evaluation question as a multiple-choice prompt through `policy.answer`, a state
+query for its required variables, the upper bound (the policy's LLM handed the true values), and
+the factual-recall check of the period's newly revealed states against `memory_view()`.
 """
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ from memloop.feedback.records import PeriodRecall, QuestionRecord, RecallClaim
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import UsageTracker
 
-MC_PROMPT = """I need your advice: {question}
+MC_PROMPT = (
+    "I need your advice: {question}\n"
+    "\n"
+    "Thinking about what you know of me and my situation as it is right now, "
+    "which of these answers fits me best?\n"
+    "{options}\n"
+    "\n"
+    'Reply with a JSON object {{"answer": <number of the best option>}}.'
+)
 
-Thinking about what you know of me and my situation as it is right now, which of these answers fits me best?
-{options}
-
-Reply with a JSON object {{"answer": <number of the best option>}}."""
-
-STATE_PROMPT = """From everything I have told you so far, what is my current situation on each of the points below? For each one, pick the option that is closest to how things are for me now.
-{points}
-
-Reply with a JSON object mapping each point to the option you picked."""
+STATE_PROMPT = (
+    "From everything I have told you so far, what is my current situation on each of the points "
+    "below? For each one, pick the option that is closest to how things are for me now.\n"
+    "{points}\n"
+    "\n"
+    "Reply with a JSON object mapping each point to the option you picked."
+)
 
 UB_SYSTEM = "You are a helpful assistant giving personalised advice."
 UB_PROMPT = """Here is my current situation:
@@ -40,15 +47,19 @@ Which of these answers fits me best?
 Reply with a JSON object {{"answer": <number of the best option>}}."""
 
 RECALL_SYSTEM = "You check claims about a person against notes kept about them."
-RECALL_PROMPT = """Notes kept about the user:
-<notes>
-{document}
-</notes>
-
-Claims about the user's current situation:
-{claims}
-
-For each numbered claim, answer "yes" if the notes support it (they state or clearly imply it) and "no" if they do not mention it or say something different. Reply with a JSON object mapping each claim number to "yes" or "no"."""
+RECALL_PROMPT = (
+    "Notes kept about the user:\n"
+    "<notes>\n"
+    "{document}\n"
+    "</notes>\n"
+    "\n"
+    "Claims about the user's current situation:\n"
+    "{claims}\n"
+    "\n"
+    'For each numbered claim, answer "yes" if the notes support it (they state or clearly imply '
+    'it) and "no" if they do not mention it or say something different. Reply with a JSON object '
+    'mapping each claim number to "yes" or "no".'
+)
 
 
 def words(token: str) -> str:
@@ -89,8 +100,10 @@ def _picked(parsed: Any, n: int) -> int | None:
 
 @dataclass
 class Prober:
-    """Builds the probe hook. `ub_client` is the policy's LLM (its endpoint); `checker_client`
-    judges factual recall (None: skip recall).
+    """Builds the probe hook.
+
+    `ub_client` is the policy's LLM (its endpoint); `checker_client` judges factual recall
+    (None: skip recall).
     """
 
     ub_client: ChatClient
@@ -119,7 +132,7 @@ class Prober:
     def question(self, item: UserItem, period: int, q: int, policy: Policy) -> QuestionRecord:
         qa = item.qas[q]
         choices = [c.answer for c in qa.answer_choices]
-        truth = dict(zip(qa.required_info, item.required_state(q, period)))
+        truth = dict(zip(qa.required_info, item.required_state(q, period), strict=True))
         record = QuestionRecord(
             user_id=item.id,
             period=period,
@@ -150,7 +163,7 @@ class Prober:
             record.state_answers = {v: None for v in qa.required_info}
             record.state_json_error = sq.json_error or "no JSON object"
 
-        facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in truth.items())
+        facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in record.true_values.items())
         ub = self.ub_client.chat_json(
             [
                 {"role": "system", "content": UB_SYSTEM},
@@ -212,6 +225,6 @@ class Prober:
                 value=state[v],
                 supported=None if k not in verdicts else verdicts[k] == "yes",
             )
-            for k, v in zip(keys, revealed)
+            for k, v in zip(keys, revealed, strict=True)
         ]
         return result

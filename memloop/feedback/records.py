@@ -1,6 +1,7 @@
-"""The evaluation records: one per (user, period, question), built by the probes and consumed by
-the pure scoring, diagnosis and summary functions. SCORER_VERSION changes whenever a definition
-does, so MLflow runs stay comparable.
+"""The evaluation records: one per (user, period, question).
+
+They are built by the probes and consumed by the pure scoring, diagnosis and summary functions.
+SCORER_VERSION changes whenever a definition does, so MLflow runs stay comparable.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ class RecallClaim(BaseModel):
 
 
 class PeriodRecall(BaseModel):
-    """Factual recall for one (user, period): the states newly revealed in the period, each
-    judged against the policy's memory_view() at the end of the period.
+    """Factual recall for one (user, period).
+
+    The states newly revealed in the period, each judged against the policy's memory_view() at the
+    end of the period.
     """
 
     user_id: str

@@ -1,5 +1,7 @@
-"""Evaluation outputs from finished episodes: metrics.json, records.jsonl, a per-period plot and
-a printed table. Pure over the records, except for writing the files.
+"""Evaluation outputs from finished episodes.
+
+The outputs are metrics.json, records.jsonl, a per-period plot and a printed table. Pure over the
+records, except for writing the files.
 """
 
 from __future__ import annotations
@@ -105,9 +107,10 @@ def write_outputs(
 
 
 def style_memory_score_axis(ax: Any, values: list[float]) -> None:
-    """A fixed scale from -1 to 1 (stretched for values beyond it) with the two reference levels:
-    0 = the random baseline, 1 = the upper bound. Flat lines then read as such instead of being
-    magnified by matplotlib's autoscaling.
+    """A fixed scale from -1 to 1 (stretched for values beyond it) with two reference levels.
+
+    The reference levels are 0 = the random baseline, 1 = the upper bound. Flat lines then read as
+    such instead of being magnified by matplotlib's autoscaling.
     """
     lo = min([-1.0, *values]) - 0.08
     hi = max([1.0, *values]) + 0.08
@@ -149,7 +152,11 @@ def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = Non
     ax1.plot(periods, [r["random"] for r in rows], ":", color="grey", label="random")
     ax1.set(xlabel="period", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
     ax1.legend(fontsize=8)
-    ms = [(p, r["memory_score"]) for p, r in zip(periods, rows) if r["memory_score"] is not None]
+    ms = [
+        (p, r["memory_score"])
+        for p, r in zip(periods, rows, strict=True)
+        if r["memory_score"] is not None
+    ]
     if ms:
         ax2.plot([p for p, _ in ms], [v for _, v in ms], "o-", color="tab:green")
     style_memory_score_axis(ax2, [v for _, v in ms])

@@ -1,5 +1,7 @@
-"""Pure scoring over QuestionRecords (no model calls): accuracy, random baseline, upper bound,
-normalized memory score, the write/read/utilization diagnosis and factual recall.
+"""Pure scoring over QuestionRecords (no model calls).
+
+Computes accuracy, random baseline, upper bound, normalized memory score, the
+write/read/utilization diagnosis and factual recall.
 
 Definitions (design.md "Metrics"):
 - random = expected accuracy of a uniform pick = mean of 1/#choices;
@@ -34,6 +36,7 @@ def classify_failure(
     record: QuestionRecord, by_key: dict[tuple[str, int, int], QuestionRecord]
 ) -> Failure | None:
     """None for a right answer; otherwise the single failure class of this wrong answer.
+
     `by_key` maps (user, period, question) to records, to look up the state query at write time.
     """
     if record.correct:
@@ -90,8 +93,9 @@ def score(
     records: list[QuestionRecord],
     all_records: dict[tuple[str, int, int], QuestionRecord] | None = None,
 ) -> Scores:
-    """Scores of `records`; `all_records` (defaults to these) supplies state queries at write
-    time for the diagnosis.
+    """Scores of `records`.
+
+    `all_records` (defaults to these) supplies state queries at write time for the diagnosis.
     """
     if not records:
         raise ValueError("no records to score")
@@ -137,8 +141,9 @@ def score_by_period(records: list[QuestionRecord]) -> dict[int, Scores]:
 
 
 def factual_recall(recalls: Iterable[PeriodRecall]) -> float | None:
-    """Share of newly revealed states judged supported by memory (unparsed judgments count as
-    not supported); None when nothing was revealed.
+    """Share of newly revealed states judged supported by memory.
+
+    Unparsed judgments count as not supported; None when nothing was revealed.
     """
     claims = [c for r in recalls for c in r.claims]
     if not claims:

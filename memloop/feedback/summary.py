@@ -1,4 +1,4 @@
-"""Episodic feedback summaries handed to an evolver, in four modes (pure, deterministic):
+"""Episodic feedback summaries handed to an evolver, in four modes (pure, deterministic).
 
 - none:          {} (no evolution)
 - question_only: each question without choices, with the memories retrieved to answer it
@@ -40,6 +40,7 @@ def summarize(
     all_records: Iterable[QuestionRecord] | None = None,
 ) -> dict[str, Any]:
     """The feedback summary of `records` (typically one period's, or one cycle's) in `mode`.
+
     `updates` = {variable: new value} revealed in the same span; `all_records` supplies earlier
     periods for the diagnosis (defaults to `records`).
     """

@@ -1,5 +1,7 @@
-"""Model endpoints: configuration, the embedded local model, the shared chat client (cache,
-retries, concurrency bound, token accounting) and a DSPy LM over the same client.
+"""Model endpoints.
+
+Configuration, the embedded local model, the shared chat client (cache, retries, concurrency
+bound, token accounting) and a DSPy LM over the same client.
 """
 
 from memloop.llm.cache import ResponseCache

@@ -1,6 +1,8 @@
-"""The one chat client every component uses: OpenAI HTTP API, JSON-schema constrained output,
-retries with backoff, a concurrency bound per endpoint, a persistent response cache and token
-accounting per component tag.
+"""The one chat client every component uses.
+
+It provides the OpenAI HTTP API, JSON-schema constrained output, retries with backoff, a
+concurrency bound per endpoint, a persistent response cache and token accounting per component
+tag.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import jsonschema
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from memloop.core.errors import UserError
 from memloop.core.settings import cache_root
@@ -41,8 +44,10 @@ class LLMRequestError(UserError):
 
 @dataclass
 class ChatResult:
-    """One answer. `parsed` is set when a schema was given and the text validated against it;
-    otherwise `json_error` says why not (never silently replaced).
+    """One answer.
+
+    `parsed` is set when a schema was given and the text validated against it; otherwise
+    `json_error` says why not (never silently replaced).
     """
 
     text: str
@@ -117,8 +122,9 @@ class ChatClient:
         self.requests_sent = 0
 
     def fork(self, usage: UsageTracker | None = None) -> ChatClient:
-        """A client on the same endpoint, cache, connection and concurrency bound, counting its
-        tokens in its own tracker (e.g. one per simulated user).
+        """A client on the same endpoint, cache, connection and concurrency bound.
+
+        It counts its tokens in its own tracker (e.g. one per simulated user).
         """
         twin = copy.copy(self)
         twin.usage = usage or UsageTracker()
@@ -129,8 +135,10 @@ class ChatClient:
 
     @property
     def cache_identity(self) -> tuple[str, str]:
-        """(base_url, model) as they enter cache keys: for the embedded model, the model file's
-        hash instead of the random port, so a rerun hits the cache.
+        """(base_url, model) as they enter cache keys.
+
+        For the embedded model, the model file's hash instead of the random port, so a rerun hits
+        the cache.
         """
         if self.endpoint.is_local:
             packaged = resolve_packaged_model(self.endpoint.model)
@@ -196,8 +204,10 @@ class ChatClient:
         use_cache: bool = True,
         refresh: bool = False,
     ) -> ChatResult:
-        """One chat completion. `sample` distinguishes repeated draws of the same request;
-        `refresh` asks the endpoint even on a cache hit (and stores the new answer).
+        """One chat completion.
+
+        `sample` distinguishes repeated draws of the same request; `refresh` asks the endpoint even
+        on a cache hit (and stores the new answer).
         """
         params: dict[str, Any] = {
             "temperature": self.endpoint.temperature if temperature is None else temperature,
@@ -282,15 +292,21 @@ class ChatClient:
                 started = time.perf_counter()
                 try:
                     resp = client.chat.completions.create(
-                        model=self.api_model_name, messages=messages, **kwargs
+                        model=self.api_model_name,
+                        # Our messages are plain role/content dicts built by the callers; the SDK
+                        # types them as a union of TypedDicts, which a dict[str, Any] cannot be
+                        # proven to match statically.
+                        messages=cast(list[ChatCompletionMessageParam], messages),
+                        **kwargs,
                     )
                     latency = time.perf_counter() - started
                 except RETRYABLE as exc:
                     error: Exception | None = exc
                 except openai.AuthenticationError:
+                    key_variable = self.endpoint.api_key_env or "(none configured: set api_key_env)"
                     raise UserError(
                         f"{self.endpoint.base_url} rejected the API key (HTTP 401); check the "
-                        f"variable {self.endpoint.api_key_env or '(none configured: set api_key_env)'}"
+                        f"variable {key_variable}"
                     ) from None
                 except openai.APIStatusError as exc:
                     raise LLMRequestError(

@@ -1,5 +1,7 @@
-"""A `dspy.LM` whose calls go through memloop's ChatClient (same endpoint, cache, retries,
-concurrency bound and token accounting), via DSPy 3.4's custom-engine contract.
+"""A `dspy.LM` whose calls go through memloop's ChatClient.
+
+Same endpoint, cache, retries, concurrency bound and token accounting, via DSPy 3.4's
+custom-engine contract.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ class ChatClientEngine:
 
 
 def make_dspy_lm(client: ChatClient, component: str = "memory") -> Any:
-    """Build a dspy.LM for `client`'s endpoint; pass it explicitly (dspy.context), never globally."""
+    """Build a dspy.LM for `client`'s endpoint.
+
+    Pass it explicitly (dspy.context), never globally.
+    """
     import dspy
 
     endpoint = client.endpoint

@@ -86,11 +86,10 @@ class EmbeddedServer:
 
     def _await_ready(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None
+        stdout = self._proc.stdout
         deadline = time.monotonic() + self.settings.start_timeout_s
         line_box: list[str] = []
-        reader = threading.Thread(
-            target=lambda: line_box.append(self._proc.stdout.readline()), daemon=True
-        )
+        reader = threading.Thread(target=lambda: line_box.append(stdout.readline()), daemon=True)
         reader.start()
         reader.join(self.settings.start_timeout_s)
         line = line_box[0] if line_box else ""
@@ -160,8 +159,10 @@ def shared_server(model: PackagedModel, settings: ServerSettings) -> EmbeddedSer
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Exit as soon as the parent process is gone (re-parented child). Polling is used rather
-    than PR_SET_PDEATHSIG, which fires when the *thread* that started the child ends.
+    """Exit as soon as the parent process is gone (re-parented child).
+
+    Polling is used rather than PR_SET_PDEATHSIG, which fires when the *thread* that started the
+    child ends.
     """
 
     def watch() -> None:

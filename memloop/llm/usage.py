@@ -1,9 +1,13 @@
-"""Token accounting per component tag (user_sim, agent, memory, probe, checker, optimizer, generator)."""
+"""Token accounting per component tag.
+
+The tags are user_sim, agent, memory, probe, checker, optimizer and generator.
+"""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass
+
 
 @dataclass
 class ComponentUsage:

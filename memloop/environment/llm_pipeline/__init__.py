@@ -1,6 +1,8 @@
-"""The LLM generation pipeline (paper §3.1): persona -> questions with required info -> merged
-state schema -> initial state -> per-period validated updates and life events -> opening messages
-with an exposure check -> personalised answers per state variant with a reflection check.
+"""The LLM generation pipeline (paper §3.1).
+
+Persona -> questions with required info -> merged state schema -> initial state -> per-period
+validated updates and life events -> opening messages with an exposure check -> personalised answers
+per state variant with a reflection check.
 
 Entry point: `run_pipeline(load_config(path), out_dir, ChatClient(...))`; every step of every
 user is saved under out_dir/raw/<user_id>/<step>.json, so a rerun resumes where it stopped.

@@ -1,6 +1,7 @@
-"""Asking the model for schema-constrained JSON, validating it, and re-asking with the problem
-stated, all within a refine budget. Every failure (junk JSON, invalid content, failed check)
-spends the budget; when it runs out the step fails with its reason, and the user is reported.
+"""Asking the model for schema-constrained JSON, validating it, re-asking with the problem stated.
+
+All within a refine budget. Every failure (junk JSON, invalid content, failed check) spends the
+budget; when it runs out the step fails with its reason, and the user is reported.
 """
 
 from __future__ import annotations
@@ -105,10 +106,12 @@ class Asker:
         component: str = GENERATOR,
         max_tokens: int | None = None,
     ) -> T:
-        """Ask until `validate(parsed)` accepts the reply. After a failure the model sees (the
-        start of) its own reply and the problem, and answers again: a new sample, drawn at no less
-        than `retry_temperature` so that a near-deterministic model does not repeat itself.
-        `max_tokens` caps this call below the run's limit (a runaway reply then fails fast).
+        """Ask until `validate(parsed)` accepts the reply.
+
+        After a failure the model sees (the start of) its own reply and the problem, and answers
+        again: a new sample, drawn at no less than `retry_temperature` so that a near-deterministic
+        model does not repeat itself. `max_tokens` caps this call below the run's limit (a runaway
+        reply then fails fast).
         """
         limit = min(self.max_tokens, max_tokens) if max_tokens else self.max_tokens
         history = list(messages)

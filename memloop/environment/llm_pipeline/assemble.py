@@ -1,5 +1,7 @@
-"""Turning one user's step results into a published `UserItem`: period dates, seeded session
-times spread over each period, updates and change counts, questions with their choices.
+"""Turning one user's step results into a published `UserItem`.
+
+Period dates, seeded session times spread over each period, updates and change counts, questions
+with their choices.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ def period_ends(start: str, periods: int, months: int) -> list[date]:
 
 
 def session_times(rng: random.Random, first: date, last: date, count: int) -> list[str]:
-    """`count` increasing timestamps between 08:00 on `first` and 22:59 on `last`. The window is
-    cut into `count` equal slices and each session gets a random day and time in its own slice,
-    so sessions spread over the whole period instead of piling up at its end.
+    """`count` increasing timestamps between 08:00 on `first` and 22:59 on `last`.
+
+    The window is cut into `count` equal slices and each session gets a random day and time in its
+    own slice, so sessions spread over the whole period instead of piling up at its end.
     """
     span = (last - first).days + 1
     stamps: list[datetime] = []
@@ -52,7 +55,7 @@ def session_times(rng: random.Random, first: date, last: date, count: int) -> li
 
 
 def session_window(period: int, ends: list[date]) -> tuple[date, date]:
-    """Days the sessions of `period` may fall on: after the previous period's end, up to this end."""
+    """Days the sessions of `period` may fall on: after the previous period's end, up to its end."""
     if period == 0:
         return ends[0] - timedelta(days=INITIAL_WINDOW_DAYS - 1), ends[0]
     return ends[period - 1] + timedelta(days=1), ends[period]
@@ -71,7 +74,9 @@ def build_item(
     answers: list[dict[str, Any]],
     ends: list[date],
 ) -> UserItem:
-    """`updates[k-1]` is period k's {"summary", "changes"}; `sessions[k]` and `session_stamps[k]`
+    """Assemble one user's step results into the published `UserItem`.
+
+    `updates[k-1]` is period k's {"summary", "changes"}; `sessions[k]` and `session_stamps[k]`
     belong to period k (0 = initial); `answers[q]` holds question q's choices.
     """
     totals = {var: sum(var in update["changes"] for update in updates) for var in schema}
@@ -94,7 +99,7 @@ def build_item(
                 messages=[],
                 session_time=when,
             )
-            for s, when in zip(sessions[k], session_stamps[k])
+            for s, when in zip(sessions[k], session_stamps[k], strict=True)
         ]
         periods.append(
             Period(
@@ -116,7 +121,7 @@ def build_item(
                 for c in a["choices"]
             ],
         )
-        for q, a in zip(questions, answers)
+        for q, a in zip(questions, answers, strict=True)
     ]
     return UserItem(
         id=user_id,

@@ -1,5 +1,7 @@
-"""The knobs of the LLM generation pipeline (paper §3.1; the `base` and `extra` configurations live
-in experiments/env/*.yaml), loaded from YAML with paths resolved against the file's folder.
+"""The knobs of the LLM generation pipeline (paper §3.1), loaded from YAML.
+
+Paths are resolved against the file's folder. The `base` and `extra` configurations live in
+experiments/env/*.yaml.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from memloop.core.config import load_yaml_model
+from memloop.core.config import load_yaml_model, parse_model
 from memloop.core.errors import UserError
 from memloop.core.files import json_sha256
 from memloop.llm.endpoint import Endpoint
@@ -149,9 +151,11 @@ class PipelineConfig(BaseModel):
 
 
 def load_config(path: str | Path, **overrides: Any) -> PipelineConfig:
-    """Read a pipeline YAML file; `personas` / `endpoint` paths follow the one rule (relative to
-    the file's folder). `overrides` (None values ignored) replace keys, e.g. users=1 from the
-    command line; override paths are taken as given (relative to the working directory).
+    """Read a pipeline YAML file.
+
+    `personas` / `endpoint` paths follow the one rule (relative to the file's folder). `overrides`
+    (None values ignored) replace keys, e.g. users=1 from the command line; override paths are taken
+    as given (relative to the working directory).
     """
     config = load_yaml_model(
         PipelineConfig, path, path_keys=("personas", "endpoint"), overrides=overrides

@@ -1,5 +1,6 @@
-"""What every step of one user needs: the asker, the run's settings, the user's id and profile
-text, seeded random streams and budgets.
+"""What every step of one user needs.
+
+The asker, the run's settings, the user's id and profile text, seeded random streams and budgets.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ class UserContext:
     name: str
 
     def rng(self, purpose: str) -> random.Random:
-        """An independent random stream per (seed, user, purpose): a resumed run, which skips
-        finished steps, draws exactly what an uninterrupted run draws. String seeds are hashed
-        with SHA-512 by `random`, so the result does not depend on PYTHONHASHSEED.
+        """An independent random stream per (seed, user, purpose).
+
+        A resumed run, which skips finished steps, draws exactly what an uninterrupted run draws.
+        String seeds are hashed with SHA-512 by `random`, so the result does not depend on
+        PYTHONHASHSEED.
         """
         return random.Random(f"memloop-llm:{self.config.seed}:{self.user_id}:{purpose}")
 

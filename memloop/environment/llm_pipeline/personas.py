@@ -1,6 +1,8 @@
-"""Persona records (Nemotron-Personas-like rows from JSONL or parquet) -> seeded selection ->
-the published `user_profile` fields. List columns stored as text are parsed as JSON or Python
-literals (never evaluated as code); unknown columns are ignored, missing ones left out.
+"""Persona records -> seeded selection -> the published `user_profile` fields.
+
+Records are Nemotron-Personas-like rows from JSONL or parquet. List columns stored as text are
+parsed as JSON or Python literals (never evaluated as code); unknown columns are ignored, missing
+ones left out.
 """
 
 from __future__ import annotations
@@ -103,8 +105,10 @@ class Persona:
 
 
 def parse_list(value: Any) -> list[str]:
-    """A list column as strings: a real list/array, JSON text, a Python list literal, or plain
-    comma-separated text. Literals are parsed with `ast.literal_eval`, which evaluates no code.
+    """A list column as strings.
+
+    Accepts a real list/array, JSON text, a Python list literal, or plain comma-separated text.
+    Literals are parsed with `ast.literal_eval`, which evaluates no code.
     """
     if value is None:
         return []
@@ -214,8 +218,10 @@ def select_personas(
     exclude_ids: list[str] | tuple[str, ...] = (),
     source: str = "persona file",
 ) -> list[Persona]:
-    """`count` personas in a seeded order. The order is a seeded shuffle of the whole pool, so
-    asking for more users later keeps the earlier ones (a prefix) and their ids.
+    """`count` personas in a seeded order.
+
+    The order is a seeded shuffle of the whole pool, so asking for more users later keeps the
+    earlier ones (a prefix) and their ids.
     """
     excluded = set(exclude_ids)
     seen: set[str] = set()
@@ -227,8 +233,8 @@ def select_personas(
         pool.append(persona)
     if count > len(pool):
         raise UserError(
-            f"{source}: {count} users requested but only {len(pool)} distinct personas are available "
-            f"(after exclude_ids); lower --users or pass a larger --personas file"
+            f"{source}: {count} users requested but only {len(pool)} distinct personas are "
+            "available (after exclude_ids); lower --users or pass a larger --personas file"
         )
     order = list(range(len(pool)))
     random.Random(f"memloop-personas:{seed}").shuffle(order)

@@ -1,5 +1,7 @@
-"""Prompt texts of the generation pipeline, one builder per call. Data goes in as compact JSON
-blocks after a label line, so prompts stay short enough for small local models.
+"""Prompt texts of the generation pipeline, one builder per call.
+
+Data goes in as compact JSON blocks after a label line, so prompts stay short enough for small local
+models.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _chat(system: str, user: str) -> Messages:
 
 
 def describe_variant(variables: list[str], values: list[str] | tuple[str, ...]) -> str:
-    return "; ".join(f"{var} = {value}" for var, value in zip(variables, values))
+    return "; ".join(f"{var} = {value}" for var, value in zip(variables, values, strict=True))
 
 
 def profile(basic: dict[str, Any], notes: str) -> Messages:
@@ -38,9 +40,10 @@ def profile(basic: dict[str, Any], notes: str) -> Messages:
         (
             "Structured facts about a person:\n" + block(basic) + "\n\n"
             "Free-text notes about the same person:\n" + notes + "\n\n"
-            "Give the person's full name as the notes state it (if they give none, choose a plausible "
-            "one that fits the facts), and a neutral summary of at most 150 words of what the notes add "
-            "beyond the structured facts. Keep only lasting traits and background, no passing events."
+            "Give the person's full name as the notes state it (if they give none, choose a "
+            "plausible one that fits the facts), and a neutral summary of at most 150 words of "
+            "what the notes add beyond the structured facts. Keep only lasting traits and "
+            "background, no passing events."
         ),
     )
 
@@ -52,17 +55,17 @@ def questions(
         _WRITER,
         (
             f"Person, as of {start_date}:\n{profile_text}\n\n"
-            f"Write {count} different requests for advice that this person could send to an assistant "
-            f"at any time during the next {months} months. Each request:\n"
+            f"Write {count} different requests for advice that this person could send to an "
+            f"assistant at any time during the next {months} months. Each request:\n"
             "- is written in the first person, the way this person would type it;\n"
             "- makes sense whenever it is asked, so it names no one-off event or date;\n"
             f"- has a best answer that depends on exactly {per_question} facts about the person's "
-            "current situation which the sheet above does not settle and which plausibly change a few "
-            "times over those months (neither daily nor never).\n"
+            "current situation which the sheet above does not settle and which plausibly change a "
+            "few times over those months (neither daily nor never).\n"
             f"List those facts in required_info. info_type: a short snake_case name (for example "
-            f"weekly_exercise_hours). info_choices: {choices} short snake_case values that exclude each "
-            "other, would each call for different advice, and could be told apart from everyday "
-            "conversation.\n"
+            f"weekly_exercise_hours). info_choices: {choices} short snake_case values that exclude "
+            "each other, would each call for different advice, and could be told apart from "
+            "everyday conversation.\n"
             "Spread the requests over different parts of life (work, money, health, family, home, "
             "leisure) and give different facts different names."
         ),
@@ -76,12 +79,12 @@ def merge_names(uses: list[dict[str, Any]]) -> Messages:
             "Each advice request below depends on some facts about one person:\n"
             + block(uses)
             + "\n\n"
-            "The facts will become the state variables of that person. For every fact name, give the "
-            "variable it is stored in:\n"
-            "- a snake_case name that is clear without reading the request (add the missing context, "
-            "e.g. budget -> monthly_grocery_budget);\n"
-            "- facts that describe the same aspect of the person's life get the same variable name, "
-            "so it is tracked once;\n"
+            "The facts will become the state variables of that person. For every fact name, give "
+            "the variable it is stored in:\n"
+            "- a snake_case name that is clear without reading the request (add the missing "
+            "context, e.g. budget -> monthly_grocery_budget);\n"
+            "- facts that describe the same aspect of the person's life get the same variable "
+            "name, so it is tracked once;\n"
             "- two facts of the same request never share a variable."
         ),
     )
@@ -91,11 +94,11 @@ def unify_choices(groups: dict[str, list[dict[str, Any]]], months: int, choices:
     return _chat(
         _WRITER,
         (
-            "Each state variable below was made from facts of several advice requests, which proposed "
-            "different values:\n" + block(groups) + "\n\n"
-            f"For each variable write {choices} snake_case values that exclude each other, cover what "
-            f"the person may go through in the next {months} months, allow gradual moves from one to "
-            "another, and would each call for different advice in every request listed."
+            "Each state variable below was made from facts of several advice requests, which "
+            "proposed different values:\n" + block(groups) + "\n\n"
+            f"For each variable write {choices} snake_case values that exclude each other, cover "
+            f"what the person may go through in the next {months} months, allow gradual moves from "
+            "one to another, and would each call for different advice in every request listed."
         ),
     )
 
@@ -107,8 +110,8 @@ def initial_state(profile_text: str, start_date: str, schema: dict[str, list[str
             f"Person, as of {start_date}:\n{profile_text}\n\n"
             "State variables and their possible values:\n" + block(schema) + "\n\n"
             f"Choose each variable's value on {start_date}. Follow the sheet where it decides; "
-            "otherwise prefer a value that is not at either end of the range, so it can later move in "
-            "both directions."
+            "otherwise prefer a value that is not at either end of the range, so it can later move "
+            "in both directions."
         ),
     )
 
@@ -139,10 +142,10 @@ def state_update(
             f"Recent periods:\n{history}\n\n"
             f"Now comes period {period} of {periods}, from {window[0]} to {window[1]} "
             f"({periods - period} more follow). Decide which variables change in it: between {low} "
-            f"and {high} of them, ideally {target}. Changes should be believable and gradual for this "
-            "person; variables that depend on each other move together; prefer variables that have "
-            f"changed fewer than {cap} times, and leave room for later periods. A new value always "
-            "differs from the current one. Add a one- or two-sentence summary of the period."
+            f"and {high} of them, ideally {target}. Changes should be believable and gradual for "
+            "this person; variables that depend on each other move together; prefer variables that "
+            f"have changed fewer than {cap} times, and leave room for later periods. A new value "
+            "always differs from the current one. Add a one- or two-sentence summary of the period."
         ),
     )
 
@@ -186,12 +189,12 @@ def opening_message(
         _WRITER,
         (
             f"Person:\n{profile_text}\n\nDate: {date}\n\n{context}"
-            "Write the first message this person sends to an AI assistant in a new chat. It asks for "
-            "help with something real in their life (a question or a task, not a status report), and "
-            "while doing so lets a careful reader infer these facts (the value, and the values it must "
-            "not be confused with):\n" + block(reveal) + "\n\n"
-            "Convey each value through concrete details rather than by naming it; being unambiguous "
-            "matters more than being subtle. Say nothing that bears on: "
+            "Write the first message this person sends to an AI assistant in a new chat. It asks "
+            "for help with something real in their life (a question or a task, not a status "
+            "report), and while doing so lets a careful reader infer these facts (the value, and "
+            "the values it must not be confused with):\n" + block(reveal) + "\n\n"
+            "Convey each value through concrete details rather than by naming it; being "
+            "unambiguous matters more than being subtle. Say nothing that bears on: "
             + (", ".join(hidden) if hidden else "(nothing else)")
             + ". "
             "One to three sentences, first person."
@@ -220,8 +223,8 @@ def refine_message(
             "should let a reader infer these facts about its author:\n" + block(reveal) + "\n\n"
             "but a reader concluded:\n" + block(read_as) + "\n\n"
             "Rewrite the message so that every intended value is clearly told apart from the other "
-            "possible values, while it stays a natural first-person request for help of one to three "
-            "sentences. Say nothing that bears on: "
+            "possible values, while it stays a natural first-person request for help of one to "
+            "three sentences. Say nothing that bears on: "
             + (", ".join(hidden) if hidden else "(nothing else)")
             + "."
         ),
@@ -236,11 +239,11 @@ def personalised_answers(
         _WRITER,
         (
             f'{asker} asks an assistant: "{question}"\n\n'
-            f"The best advice depends on: {', '.join(required)}. Write one answer for each of these "
-            f"situations, in this order:\n{lines}\n\n"
-            "Each answer: two or three sentences of practical advice that fits its own situation and "
-            "clearly differs from the answers for the other situations. Do not quote variable names or "
-            "values; let the situation show through what you recommend."
+            f"The best advice depends on: {', '.join(required)}. Write one answer for each of "
+            f"these situations, in this order:\n{lines}\n\n"
+            "Each answer: two or three sentences of practical advice that fits its own situation "
+            "and clearly differs from the answers for the other situations. Do not quote variable "
+            "names or values; let the situation show through what you recommend."
         ),
     )
 
@@ -272,10 +275,12 @@ def refine_answer(
         _WRITER,
         (
             f'Question from a user: "{question}"\n\n'
-            f'Answer written for the situation: {describe_variant(required, target)}\n"{answer}"\n\n'
+            "Answer written for the situation: "
+            f'{describe_variant(required, target)}\n"{answer}"\n\n'
             f"A reader thought it was written for: {describe_variant(required, chosen)}\n\n"
             f"Other situations it must not fit:\n{rest}\n\n"
-            "Rewrite the answer in two or three sentences of practical advice so that it clearly fits "
-            "the target situation and none of the others. Do not quote variable names or values."
+            "Rewrite the answer in two or three sentences of practical advice so that it clearly "
+            "fits the target situation and none of the others. Do not quote variable names or "
+            "values."
         ),
     )

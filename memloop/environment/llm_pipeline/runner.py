@@ -1,7 +1,9 @@
-"""The generation run: per user, the steps in order, each loaded from raw/<user>/<step>.json when
-a previous run finished it, otherwise computed and saved atomically. A user whose step fails after
-its refine budget is reported (step and reason), never dropped silently; data.json is written only
-when every user passed, or with `allow_partial` (then it holds the users that passed).
+"""The generation run: per user, the steps in order.
+
+Each step is loaded from raw/<user>/<step>.json when a previous run finished it, otherwise computed
+and saved atomically. A user whose step fails after its refine budget is reported (step and reason),
+never dropped silently; data.json is written only when every user passed, or with `allow_partial`
+(then it holds the users that passed).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,7 +65,10 @@ ITEM_STEP = "item"
 
 
 class GenerationIncomplete(UserError):
-    """Some users failed a step after their refine budget (listed in report.json); the CLI exits 2."""
+    """Some users failed a step after their refine budget (listed in report.json).
+
+    The CLI exits 2.
+    """
 
 
 class _Cancelled(Exception):
@@ -117,8 +123,10 @@ class PipelineResult:
 
 
 def steps_per_user(config: PipelineConfig) -> int:
-    """profile, questions, schema, initial state, (update, events) per period, sessions per
-    period including period 0, answers per question, and the assembled item.
+    """The number of steps of one user.
+
+    Profile, questions, schema, initial state, (update, events) per period, sessions per period
+    including period 0, answers per question, and the assembled item.
     """
     return 4 + 2 * config.periods + (config.periods + 1) + config.questions + 1
 
@@ -202,8 +210,9 @@ class _UserRun:
         self.run.progress.step(skipped)
 
     def parallel(self, jobs: list[tuple[str, Callable[[StepStats], Any]]]) -> list[Any]:
-        """Independent steps at once (the endpoint's concurrency bound still applies). All are
-        finished (and saved) before the first failure, in job order, is raised.
+        """Independent steps at once (the endpoint's concurrency bound still applies).
+
+        All are finished (and saved) before the first failure, in job order, is raised.
         """
         workers = max(1, min(len(jobs), self.run.workers))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memloop-step") as pool:
@@ -212,7 +221,7 @@ class _UserRun:
         for error in errors:  # run-level errors first: they are not this user's fault
             if error is not None and not isinstance(error, StepFailed):
                 raise error
-        failed = [error for error in errors if error is not None]
+        failed = [error for error in errors if isinstance(error, StepFailed)]
         if failed:
             first = failed[0]
             first.also_failed = [{"step": e.step, "reason": e.reason} for e in failed[1:]]
@@ -248,11 +257,29 @@ class _UserRun:
             summaries = [u["summary"] for u in updates]
             update = self.step(
                 update_step(k),
-                lambda s: run_update(ctx, s, k, window, schema, before, dict(counts), summaries),
+                partial(
+                    run_update,
+                    ctx,
+                    period=k,
+                    window=window,
+                    schema=schema,
+                    state=before,
+                    counts=dict(counts),
+                    summaries=summaries,
+                ),
             )
             events.append(
                 self.step(
-                    events_step(k), lambda s: run_events(ctx, s, k, window, schema, before, update)
+                    events_step(k),
+                    partial(
+                        run_events,
+                        ctx,
+                        period=k,
+                        window=window,
+                        schema=schema,
+                        before=before,
+                        update=update,
+                    ),
                 )
             )
             updates.append(update)
@@ -271,8 +298,13 @@ class _UserRun:
             jobs.append(
                 (
                     sessions_step(k),
-                    lambda s, k=k, plan=plan: run_sessions(
-                        ctx, s, k, plan, schema, ends[k].isoformat()
+                    partial(
+                        run_sessions,
+                        ctx,
+                        period=k,
+                        plan=plan,
+                        schema=schema,
+                        date=ends[k].isoformat(),
                     ),
                 )
             )
@@ -280,8 +312,8 @@ class _UserRun:
             jobs.append(
                 (
                     answers_step(q),
-                    lambda s, q=q, question=question: run_answers(
-                        ctx, s, q, question, schema, states
+                    partial(
+                        run_answers, ctx, index=q, question=question, schema=schema, states=states
                     ),
                 )
             )
@@ -355,10 +387,12 @@ def run_pipeline(
     progress: bool = False,
     personas: list[Persona] | None = None,
 ) -> PipelineResult:
-    """Generate `config.users` users into `out_dir` (resuming finished steps found there), write
-    report.json always and data.json when every user passed (or, with `allow_partial`, when at
-    least one did). Step failures are returned in `PipelineResult.failures`, not raised; run-level
-    problems (endpoint down, bad persona file, a different config in `out_dir`) raise UserError.
+    """Generate `config.users` users into `out_dir`, resuming finished steps found there.
+
+    Writes report.json always and data.json when every user passed (or, with `allow_partial`, when
+    at least one did). Step failures are returned in `PipelineResult.failures`, not raised;
+    run-level problems (endpoint down, bad persona file, a different config in `out_dir`) raise
+    UserError.
     """
     started = time.perf_counter()
     store = RunStore(out_dir)
@@ -368,8 +402,9 @@ def run_pipeline(
     selected = select_personas(
         pool, config.users, config.seed, config.exclude_ids, source=str(config.persona_path())
     )
-    # Start the embedded model (if any) in the calling thread: llm/embedded_server ties the server's
-    # life to the thread that spawned it (PR_SET_PDEATHSIG), and our worker threads end with the run.
+    # Start the embedded model (if any) in the calling thread: llm/embedded_server ties the
+    # server's life to the thread that spawned it (PR_SET_PDEATHSIG), and our worker threads end
+    # with the run.
     client.resolved_base_url()
     usage_before = client.usage.summary()
     tracker = _Progress(config.users * steps_per_user(config), config.users, progress)

@@ -1,6 +1,8 @@
-"""Steps `answers_qNN`: a question's state variants (every combination the user lives through,
-plus seeded random fillers up to `min_state_variants`), one personalised answer per variant, and
-a reflection check: a checker must pick the answer's own variant, else the answer is refined.
+"""Steps `answers_qNN`: one personalised answer per state variant of a question.
+
+The variants are every combination the user lives through, plus seeded random fillers up to
+`min_state_variants`. Each answer gets a reflection check: a checker must pick the answer's own
+variant, else the answer is refined.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ def plan_variants(
     fill_rng: random.Random,
     order_rng: random.Random,
 ) -> list[tuple[list[str], str]]:
-    """[(values aligned with `required`, "experience" | "random")] in a seeded order. Experienced
-    combinations come from the states in period order; fillers are drawn from the unused
-    combinations in schema order, so nothing depends on set or hash order.
+    """The question's state variants in a seeded order.
+
+    Returns [(values aligned with `required`, "experience" | "random")]. Experienced combinations
+    come from the states in period order; fillers are drawn from the unused combinations in schema
+    order, so nothing depends on set or hash order.
     """
     experienced: list[tuple[str, ...]] = []
     for state in states:
@@ -73,12 +77,13 @@ def validate_answers(parsed: Any, count: int) -> list[str]:
     answers = parsed.get("answers") if isinstance(parsed, dict) else None
     if not isinstance(answers, list) or len(answers) != count:
         raise Invalid(f"'answers' must hold exactly {count} answers, one per situation, in order")
-    out = []
+    out: list[str] = []
     for n, answer in enumerate(answers, 1):
         text = text_of(answer, f"answer {n}", min_chars=20, max_chars=MAX_ANSWER_CHARS)
         if text in out:
             raise Invalid(
-                f"answer {n} repeats answer {out.index(text) + 1}; each situation needs its own advice"
+                f"answer {n} repeats answer {out.index(text) + 1}; "
+                "each situation needs its own advice"
             )
         out.append(text)
     return out
@@ -137,7 +142,7 @@ def run_answers(
         max_tokens=100 + 160 * count,
     )
     choices = []
-    for own, ((values, kind), answer) in enumerate(zip(planned, answers)):
+    for own, ((values, kind), answer) in enumerate(zip(planned, answers, strict=True)):
         budget = ctx.budget(
             step, stats, f"answer {own + 1} ({prompts.describe_variant(required, values)})"
         )
@@ -158,7 +163,8 @@ def run_answers(
                 break
             budget.spend(
                 f"reflection check failed: the checker matched the answer {answer[:160]!r} "
-                f"to situation {picked + 1} ({prompts.describe_variant(required, variants[picked])})"
+                f"to situation {picked + 1} "
+                f"({prompts.describe_variant(required, variants[picked])})"
             )
             others = [v for i, v in enumerate(variants) if i != own]
             answer = ctx.asker.ask(

@@ -1,5 +1,7 @@
-"""Step `profile`: the published user_profile of a persona. Personas with a name and short notes
-are converted directly; otherwise the LLM extracts the name and condenses the notes.
+"""Step `profile`: the published user_profile of a persona.
+
+Personas with a name and short notes are converted directly; otherwise the LLM extracts the name and
+condenses the notes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Steps `questions` and `schema`: advice questions with the facts each depends on, then those
-facts renamed and merged into one state schema (variables shared by several questions get one
-unified list of values).
+"""Steps `questions` and `schema`: advice questions, then one state schema.
+
+First advice questions with the facts each depends on, then those facts renamed and merged into one
+state schema (variables shared by several questions get one unified list of values).
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def clean_choices(values: Any, what: str, count: int) -> list[str]:
 def validate_questions(
     parsed: Any, count: int, per_question: int, choices: int
 ) -> list[dict[str, Any]]:
-    """Questions with snake_case info types and values; distinct questions, distinct info types
-    within a question, distinct values within an info type.
+    """Questions with snake_case info types and values.
+
+    Distinct questions, distinct info types within a question, distinct values within an info type.
     """
     items = parsed.get("questions") if isinstance(parsed, dict) else None
     if not isinstance(items, list) or len(items) != count:
@@ -98,7 +100,7 @@ def validate_questions(
         infos = item.get("required_info")
         if not isinstance(infos, list) or len(infos) != per_question:
             raise Invalid(f"question {q} must have exactly {per_question} required_info entries")
-        required = []
+        required: list[dict[str, Any]] = []
         for info in infos:
             raw = info.get("info_type") if isinstance(info, dict) else None
             name = snake(raw, MAX_NAME) if isinstance(raw, str) else ""
@@ -164,9 +166,10 @@ def _words(name: str) -> set[str]:
 
 
 def validate_mapping(parsed: Any, questions: list[dict[str, Any]]) -> dict[str, str]:
-    """{original info_type: variable}: every original mapped to a snake_case name that keeps a word
-    of the fact's name or values (so it still says what it is about), and no two facts of one
-    question sharing a variable.
+    """{original info_type: variable}: every original mapped to a snake_case name.
+
+    The name keeps a word of the fact's name or values (so it still says what it is about), and no
+    two facts of one question share a variable.
     """
     table = parsed.get("variables") if isinstance(parsed, dict) else None
     if not isinstance(table, dict):
@@ -194,8 +197,8 @@ def validate_mapping(parsed: Any, questions: list[dict[str, Any]]) -> dict[str, 
             var = mapping[info["info_type"]]
             if var in targets:
                 raise Invalid(
-                    f"the facts {targets[var]!r} and {info['info_type']!r} of request {q} both map to "
-                    f"{var!r}; facts of one request need different variables"
+                    f"the facts {targets[var]!r} and {info['info_type']!r} of request {q} both map "
+                    f"to {var!r}; facts of one request need different variables"
                 )
             targets[var] = info["info_type"]
     return mapping
@@ -204,8 +207,9 @@ def validate_mapping(parsed: Any, questions: list[dict[str, Any]]) -> dict[str, 
 def merge_uses(
     questions: list[dict[str, Any]], mapping: dict[str, str]
 ) -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
-    """(settled variables with their values, conflicting variables with every use). A variable is
-    settled when all its uses propose the same values.
+    """(settled variables with their values, conflicting variables with every use).
+
+    A variable is settled when all its uses propose the same values.
     """
     uses: dict[str, list[dict[str, Any]]] = {}
     for question in questions:
@@ -237,7 +241,9 @@ def validate_unified(parsed: Any, variables: list[str], choices: int) -> dict[st
 def run_schema(
     ctx: UserContext, stats: StepStats, questions: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """{"schema": {var: values}, "questions": [{"question", "required_info": [var, ...]}],
+    """The facts renamed and merged into one state schema.
+
+    Returns {"schema": {var: values}, "questions": [{"question", "required_info": [var, ...]}],
     "mapping": {original: var}}; variables in order of first use.
     """
     cfg = ctx.config

@@ -1,6 +1,8 @@
-"""Steps `initial_state`, `update_KK` and `events_KK`: the user's starting values, then per period
-a validated set of changes (K-1..K+1 known variables, each to a valid, different value) and the
-life events that explain them (every change covered exactly once).
+"""Steps `initial_state`, `update_KK` and `events_KK`: the user's states over time.
+
+The user's starting values, then per period a validated set of changes (K-1..K+1 known variables,
+each to a valid, different value) and the life events that explain them (every change covered
+exactly once).
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ def change_range(target: int, available: int) -> tuple[int, int]:
 def eligible_variables(
     schema: dict[str, list[str]], counts: dict[str, int], cap: int, low: int
 ) -> list[str]:
-    """Variables changed fewer than `cap` times, unless fewer than `low` of them remain (then all)."""
+    """Variables changed fewer than `cap` times.
+
+    If fewer than `low` of them remain, all variables instead.
+    """
     fresh = [var for var in schema if counts.get(var, 0) < cap]
     return fresh if len(fresh) >= low else list(schema)
 
@@ -76,8 +81,10 @@ def eligible_variables(
 def update_schema(
     schema: dict[str, list[str]], state: dict[str, str], eligible: list[str], low: int, high: int
 ) -> dict[str, Any]:
-    """Changes as a list of {variable, new_value}; each variable's new values exclude its current
-    one, so a constrained decoder can only produce valid, different values.
+    """Changes as a list of {variable, new_value}.
+
+    Each variable's new values exclude its current one, so a constrained decoder can only produce
+    valid, different values.
     """
     options = [
         strict_object(
@@ -107,8 +114,9 @@ def update_schema(
 def validate_update(
     parsed: Any, schema: dict[str, list[str]], state: dict[str, str], low: int, high: int
 ) -> dict[str, Any]:
-    """{"summary", "changes": {var: new}} with low..high distinct known variables, each set to a
-    valid value different from its current one.
+    """{"summary", "changes": {var: new}} with low..high distinct known variables.
+
+    Each is set to a valid value different from its current one.
     """
     changes = parsed.get("changes") if isinstance(parsed, dict) else None
     if not isinstance(changes, list):
@@ -176,8 +184,9 @@ def run_update(
 
 
 def events_schema(changed: list[str]) -> dict[str, Any]:
-    """Events as texts, then each changed variable's event number: every variable belongs to
-    exactly one event by construction.
+    """Events as texts, then each changed variable's event number.
+
+    Every variable belongs to exactly one event by construction.
     """
     numbers = list(range(1, len(changed) + 1))
     return strict_object(
@@ -196,8 +205,9 @@ def events_schema(changed: list[str]) -> dict[str, Any]:
 
 
 def validate_events(parsed: Any, changed: list[str]) -> list[dict[str, Any]]:
-    """[{"variables", "event"}]: every changed variable assigned to an existing event; events that
-    explain no variable are dropped (they would expose nothing).
+    """[{"variables", "event"}]: every changed variable assigned to an existing event.
+
+    Events that explain no variable are dropped (they would expose nothing).
     """
     texts = parsed.get("events") if isinstance(parsed, dict) else None
     owner = parsed.get("event_of") if isinstance(parsed, dict) else None

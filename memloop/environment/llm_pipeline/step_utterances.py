@@ -1,12 +1,15 @@
-"""Steps `sessions_KK`: the opening message of every session of a period, each revealing a small
-set of state values. A checker that sees only the message must infer every intended value;
-otherwise the message is refined and checked again, within the refine budget.
+"""Steps `sessions_KK`: the opening message of every session of a period.
+
+Each message reveals a small set of state values. A checker that sees only the message must infer
+every intended value; otherwise the message is refined and checked again, within the refine budget.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from memloop.environment.llm_pipeline import prompts
@@ -31,8 +34,9 @@ def sessions_step(period: int) -> str:
 def exposure_groups(
     questions: list[dict[str, Any]], schema: dict[str, list[str]], max_per: int, rng: random.Random
 ) -> list[list[str]]:
-    """Period 0: variables grouped by the question that needs them (at most `max_per` per group),
-    every variable in exactly one group; the group order is a seeded shuffle.
+    """Period 0: variables grouped by the question that needs them (at most `max_per` per group).
+
+    Every variable is in exactly one group; the group order is a seeded shuffle.
     """
     groups: list[list[str]] = []
     assigned: set[str] = set()
@@ -107,7 +111,9 @@ def validate_prediction(parsed: Any, options: dict[str, list[str]]) -> dict[str,
     return out
 
 
-def mismatches(intended: dict[str, str], predicted: dict[str, str]) -> dict[str, str]:
+def mismatches(
+    intended: dict[str, str], predicted: Mapping[str, str | None]
+) -> dict[str, str | None]:
     """{var: predicted} where the checker's reading differs from the intended value."""
     return {
         var: predicted.get(var) for var, value in intended.items() if predicted.get(var) != value
@@ -156,7 +162,7 @@ def run_sessions(
                 budget=budget,
                 temperature=cfg.temperature_check,
                 component=CHECKER,
-                validate=lambda p: validate_prediction(p, options),
+                validate=partial(validate_prediction, options=options),
                 max_tokens=60 + 30 * len(options),
             )
             wrong = mismatches(exposed, predicted)

@@ -1,5 +1,7 @@
-"""The output folder of a generation run: per-user, per-step JSON files under raw/<user_id>/
-(written atomically; a file that exists is a finished step), the run's config and report.
+"""The output folder of a generation run.
+
+Per-user, per-step JSON files under raw/<user_id>/ (written atomically; a file that exists is a
+finished step), the run's config and report.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from memloop.core.files import atomic_write_json, safe_name
 
 
 class RunStore:
-    """Files of one output folder: config.json, report.json, data.json and raw/<user>/<step>.json."""
+    """Files of an output folder: config.json, report.json, data.json and raw/<user>/<step>.json."""
 
     def __init__(self, out_dir: str | Path) -> None:
         self.root = Path(out_dir)
@@ -50,6 +52,7 @@ class RunStore:
 
     def check_config(self, fingerprint: dict[str, Any], config_dump: dict[str, Any]) -> bool:
         """Record the run's settings on first use; on a rerun require the same generation settings.
+
         Returns True when earlier work exists in this folder (a resume).
         """
         previous = None
@@ -63,9 +66,9 @@ class RunStore:
             for key in sorted(set(old) | set(fingerprint)):
                 if old.get(key) != fingerprint.get(key):
                     raise UserError(
-                        f"{self.root}: holds a run made with {key}={old.get(key)!r}, but this run has "
-                        f"{key}={fingerprint.get(key)!r}; use another --out folder (or delete it) to "
-                        "generate with different settings"
+                        f"{self.root}: holds a run made with {key}={old.get(key)!r}, but this run "
+                        f"has {key}={fingerprint.get(key)!r}; use another --out folder (or delete "
+                        "it) to generate with different settings"
                     )
         elif (self.root / "raw").is_dir() and any((self.root / "raw").iterdir()):
             raise UserError(
