@@ -19,8 +19,7 @@ from typing import Any
 import dspy
 
 from memloop.policies.base import (
-    ASSISTANT_INTRO,
-    BasePolicy,
+    BufferedMemoryPolicy,
     Message,
     MessageBuffer,
     render_transcript,
@@ -74,7 +73,7 @@ def _field(edit: Any, name: str) -> Any:
     return edit.get(name) if isinstance(edit, dict) else getattr(edit, name, None)
 
 
-class AWIPolicy(BasePolicy):
+class AWIPolicy(BufferedMemoryPolicy):
     kind = "awi"
     config: AWIConfig
 
@@ -105,25 +104,10 @@ class AWIPolicy(BasePolicy):
 
     def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
         facts = self.fact_lines()
-        memory = "\n".join(f"- {line}" for line in facts) if facts else "(nothing yet)"
-        system = (
-            f"{ASSISTANT_INTRO}\n\nWhat you remember about the user "
-            f"(label: value; each value is the latest known):\n{memory}"
-        )
-        messages = [
-            {"role": "system", "content": system},
-            *self.buffer.messages,
-            {"role": "user", "content": user_message},
-        ]
-        return messages, facts
+        header = "What you remember about the user (label: value; each value is the latest known)"
+        return self._memory_messages(user_message, header, facts, "(nothing yet)"), facts
 
     # -- writing ------------------------------------------------------------------------------
-
-    def _remember(self, user_message: str, assistant_message: str) -> None:
-        self.buffer.append("user", user_message, self.sim_time)
-        self.buffer.append("assistant", assistant_message, self.sim_time)
-        for batch, time in self.buffer.due_batches():
-            self._write(batch, time)
 
     def _write(self, batch: list[Message], time: str | None) -> None:
         current = json.dumps(

@@ -299,3 +299,33 @@ class BasePolicy:
             if not isinstance(text, str) or not text.strip():
                 raise UserError(f"policy {self.name}: prompt {key!r} must be non-empty text")
         return {**current, **prompts}
+
+
+class BufferedMemoryPolicy(BasePolicy):
+    """A policy that buffers turns and writes them to memory in batches (AWI, AWE, RAG).
+
+    A subclass sets ``self.buffer`` (a :class:`MessageBuffer`) and supplies ``_write`` (store one
+    due batch); the memory it places in context goes through :meth:`_memory_messages`.
+    """
+
+    buffer: MessageBuffer
+
+    def _remember(self, user_message: str, assistant_message: str) -> None:
+        self.buffer.append("user", user_message, self.sim_time)
+        self.buffer.append("assistant", assistant_message, self.sim_time)
+        for batch, time in self.buffer.due_batches():
+            self._write(batch, time)
+
+    def _write(self, batch: list[Message], time: str | None) -> None:
+        raise NotImplementedError
+
+    def _memory_messages(
+        self, user_message: str, header: str, lines: list[str], empty: str
+    ) -> list[Message]:
+        """System prompt with ``lines`` under ``header`` (``empty`` if none), buffer, message."""
+        listing = "\n".join(f"- {line}" for line in lines) if lines else empty
+        return [
+            {"role": "system", "content": f"{ASSISTANT_INTRO}\n\n{header}:\n{listing}"},
+            *self.buffer.messages,
+            {"role": "user", "content": user_message},
+        ]

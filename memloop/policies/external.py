@@ -35,8 +35,7 @@ from memloop.core.errors import UserError  # noqa: E402
 from memloop.core.files import atomic_write_json  # noqa: E402
 from memloop.llm.client import ChatClient  # noqa: E402
 from memloop.policies.base import (  # noqa: E402
-    ASSISTANT_INTRO,
-    BasePolicy,
+    BufferedMemoryPolicy,
     Message,
     MessageBuffer,
     read_json,
@@ -144,7 +143,7 @@ class Mem0ChatLLM:
         return fatal
 
 
-class _ExternalMemoryPolicy(BasePolicy):
+class _ExternalMemoryPolicy(BufferedMemoryPolicy):
     infer: ClassVar[bool]
     config: AWEConfig | RAGConfig
 
@@ -243,25 +242,13 @@ class _ExternalMemoryPolicy(BasePolicy):
 
     def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
         retrieved = self.retrieve(user_message)
-        listing = "\n".join(f"- {line}" for line in retrieved) if retrieved else "(none)"
-        system = (
-            f"{ASSISTANT_INTRO}\n\nMemories about the user that may be relevant, oldest "
-            f"first (a [date] is when it was noted):\n{listing}"
+        header = (
+            "Memories about the user that may be relevant, oldest first "
+            "(a [date] is when it was noted)"
         )
-        messages = [
-            {"role": "system", "content": system},
-            *self.buffer.messages,
-            {"role": "user", "content": user_message},
-        ]
-        return messages, retrieved
+        return self._memory_messages(user_message, header, retrieved, "(none)"), retrieved
 
     # -- writing ------------------------------------------------------------------------------
-
-    def _remember(self, user_message: str, assistant_message: str) -> None:
-        self.buffer.append("user", user_message, self.sim_time)
-        self.buffer.append("assistant", assistant_message, self.sim_time)
-        for batch, time in self.buffer.due_batches():
-            self._write(batch, time)
 
     def _write(self, batch: list[Message], time: str | None) -> None:
         metadata = {"write_step": self.writes + 1, "sim_time": time}
