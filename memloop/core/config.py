@@ -7,6 +7,7 @@ relative to the working directory, as every shell user expects.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,7 +83,7 @@ def resolve_path_keys(
     Missing keys and non-string values (e.g. an inline mapping where a file may also be named)
     are left alone; ``data`` is not mutated.
     """
-    out = _copy_nested(data)
+    out = copy.deepcopy(data)
     for dotted in path_keys:
         parts = dotted.split(".")
         node: Any = out
@@ -114,11 +115,3 @@ def load_yaml_model(
         if value is not None:
             resolved[key] = value
     return parse_model(cls, resolved, str(path))
-
-
-def _copy_nested(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy_nested(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_nested(v) for v in value]
-    return value

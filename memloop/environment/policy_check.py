@@ -57,9 +57,6 @@ class PolicyCheckError(ContractError):
     """One or more promises of the Policy contract are broken; the message lists them."""
 
 
-PolicyCheckReport = CheckReport
-
-
 def check_policy(
     policy_factory: Callable[[], Any],
     *,
@@ -69,7 +66,7 @@ def check_policy(
     forbidden_strings: Sequence[str] = (),
     workdir: Path | str | None = None,
     raise_on_problem: bool = True,
-) -> PolicyCheckReport:
+) -> CheckReport:
     """Check the policies ``policy_factory()`` builds.
 
     Each call of ``policy_factory`` must return a fresh policy with empty memory.
@@ -285,13 +282,13 @@ def check_policy(
 
             # close() twice is safe.
             twice = policy_factory()
+            problem = ""
             try:
                 twice.close()
                 twice.close()
             except Exception as exc:
-                expect(False, "close() twice is safe", f"a second close() raised {exc!r:.120}")
-            else:
-                expect(True, "close() twice is safe", "")
+                problem = f"a second close() raised {exc!r:.120}"
+            expect(not problem, "close() twice is safe", problem)
         finally:
             for policy in opened:
                 try:

@@ -45,9 +45,6 @@ class EvolverCheckError(ContractError):
     """One or more promises of the Evolver contract are broken; the message lists them."""
 
 
-EvolverCheckReport = CheckReport
-
-
 def check_evolver(
     evolver_factory: Callable[[], Any],
     *,
@@ -55,7 +52,7 @@ def check_evolver(
     summary: Mapping[str, Any] = DEFAULT_SUMMARY,
     cycle: int = 0,
     raise_on_problem: bool = True,
-) -> EvolverCheckReport:
+) -> CheckReport:
     """Check the evolvers ``evolver_factory()`` builds.
 
     Two evolvers are built and each proposes once from the same inputs; an LLM-backed factory

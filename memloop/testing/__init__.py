@@ -12,12 +12,11 @@ The conformance suites themselves live beside their Protocols:
 
 from memloop.testing.evolvers import ScriptedEvolver
 from memloop.testing.fake_server import FakeOpenAIServer
-from memloop.testing.policies import ScriptedAnswer, ScriptedPolicy, scripted_builder
+from memloop.testing.policies import ScriptedPolicy, scripted_builder
 from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
 
 __all__ = [
     "FakeOpenAIServer",
-    "ScriptedAnswer",
     "ScriptedEvolver",
     "ScriptedMemoryLLM",
     "ScriptedPolicy",

@@ -22,9 +22,6 @@ from memloop.policies.base import Answer
 DEFAULT_PROMPTS = {"writer": "Remember what the user says."}
 
 
-ScriptedAnswer = Answer  # the policies' own probe result
-
-
 class ScriptedPolicy:
     """Echoing memory, rule-based probe answers, one or more mutable prompts.
 
@@ -68,22 +65,22 @@ class ScriptedPolicy:
 
     # -- probes ---------------------------------------------------------------------------
 
-    def answer(self, prompt: str, *, schema: dict[str, Any] | None = None) -> ScriptedAnswer:
+    def answer(self, prompt: str, *, schema: dict[str, Any] | None = None) -> Answer:
         memories = self.seen[-3:]
         if schema is None:
-            return ScriptedAnswer(f"From memory: {' | '.join(memories)}", list(memories))
+            return Answer(f"From memory: {' | '.join(memories)}", list(memories))
         props = schema.get("properties", {})
         if "answer" in props:
             self.mc_answers += 1
             if self.garble_every and self.mc_answers % self.garble_every == 0:
-                return ScriptedAnswer("oops", list(memories), None, "not JSON: Expecting value")
+                return Answer("oops", list(memories), None, "not JSON: Expecting value")
             value: dict[str, Any] = {"answer": self.choice}
         else:
             value = {
                 key: (spec["enum"][0] if "enum" in spec else "unknown")
                 for key, spec in props.items()
             }
-        return ScriptedAnswer(json.dumps(value), list(memories), value)
+        return Answer(json.dumps(value), list(memories), value)
 
     def memory_view(self) -> str:
         return "\n".join(self.seen)
