@@ -11,32 +11,19 @@ import pytest
 
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
-from memloop.testing import FakeOpenAIServer, scripted_builder
+from memloop.testing import (
+    FakeOpenAIServer,
+    evolve_loop_reply,
+    fake_roles,
+    is_evolver_request,
+    scripted_builder,
+)
 
 builder = scripted_builder(garble_every=3)
 
 
-def is_evolver_request(body) -> bool:
-    return any("<new_instructions>" in str(m.get("content", "")) for m in body["messages"])
-
-
-def fake_reply(body):
-    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
-    if is_evolver_request(body):
-        n = sum(1 for m in body["messages"] if "feedback" in m["content"])
-        return (
-            "<changes>\n- focus on current situation\n</changes>\n<new_instructions>\n"
-            "Record every stated fact about the user's current situation and update stale "
-            f"ones (v{n}).\n</new_instructions>"
-        )
-    if schema is None:
-        return "Interesting, tell me more."
-    props = schema["properties"]
-    if "answer" in props:
-        return json.dumps({"answer": 2})
-    return json.dumps({k: "yes" for k in props})
+fake_reply = evolve_loop_reply
 
 
 def write_config(tmp_path: Path, **over) -> Path:
@@ -47,9 +34,10 @@ def write_config(tmp_path: Path, **over) -> Path:
     data = {
         "experiment": "unit",
         "environment": {
-            "procedural": {"users": 3, "periods": 2, "questions": 2, "seed": 1},
+            "procedural": {"users": 4, "periods": 2, "questions": 2, "seed": 1},
             "train_users": 2,
-            "heldout_users": 1,
+            "val_users": 1,
+            "test_users": 1,
         },
         "policy": str(policy),
         "feedback_modes": ["complete"],
@@ -68,8 +56,7 @@ def run(tmp_path, fake, **over):
     from memloop.optimize.evolve import run_evolve
 
     config = load_config(write_config(tmp_path, **over), EvolveConfig)
-    client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "c.sqlite")
-    roles = RoleClients(client, client, client, client)
+    roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
     return config, run_evolve(config, progress=False, clients=roles, builder=builder)
 
 
@@ -79,41 +66,64 @@ def mlflow_client(config):
     return tracking.client(config.tracking_uri)
 
 
-@pytest.mark.parametrize("cadence", ["episode", "period"])
-def test_two_cycles_logged_and_rerun_is_free(tmp_path, cadence):
+@pytest.mark.parametrize("search", ["episode", "period"])
+def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
     with FakeOpenAIServer(reply=fake_reply) as fake:
-        config, outcomes = run(tmp_path, fake, cadence=cadence)
+        config, outcomes = run(tmp_path, fake, search=search)
         sent = len(fake.requests)
-        _, again = run(tmp_path, fake, cadence=cadence)
+        _, again = run(tmp_path, fake, search=search)
         assert len(fake.requests) == sent  # everything resumed from checkpoints or the cache
     (o,) = outcomes
     assert again[0].run_id == o.run_id
+    assert [c.model_dump() for c in again[0].cycles] == [c.model_dump() for c in o.cycles]
     mlc = mlflow_client(config)
     exp = mlc.get_experiment_by_name("unit")
     assert len(mlc.search_runs([exp.experiment_id])) == 1
-    # episode cadence: 2 configured cycles; period cadence: a cycle per period (0, 1, 2)
-    steps = [0, 1] if cadence == "episode" else [0, 1, 2]
-    for key in ("factual_recall", "overall", "write", "read", "utilization"):
-        assert [m.step for m in mlc.get_metric_history(o.run_id, key)] == steps, key
-    # the memory score is not logged where it is undefined (the fake's UB may equal random)
-    logged = [m.step for m in mlc.get_metric_history(o.run_id, "memory_score")]
-    assert logged == [c["cycle"] for c in o.cycles if c["memory_score"] is not None]
+    # episode search: 2 configured cycles; period search: a cycle per period (0, 1, 2)
+    steps = [0, 1] if search == "episode" else [0, 1, 2]
+    for split in ("train", "val", "test"):
+        for key in ("factual_recall", "overall", "write", "read", "utilization"):
+            history = mlc.get_metric_history(o.run_id, f"{split}_{key}")
+            assert [m.step for m in history] == steps, (split, key)
+            assert [m.value for m in history] == [c.score(split, key) for c in o.cycles]
+        # the memory score is not logged where it is undefined (the fake's UB may equal random)
+        logged = [m.step for m in mlc.get_metric_history(o.run_id, f"{split}_memory_score")]
+        assert logged == [c.cycle for c in o.cycles if c.score(split) is not None]
+    assert not mlc.get_metric_history(o.run_id, "memory_score")  # no unprefixed names
+    logged_run = mlc.get_run(o.run_id)
+    assert logged_run.data.params["scorer_version"] == "1"
+    assert len(logged_run.data.params["catalogue_sha256"]) == 64
+    assert logged_run.data.params["splits.test_users"] == "1"
+    assert logged_run.data.params["search_spec.name"] == search
     assert mlc.get_metric_history(o.run_id, "tokens_optimizer")
     arts = {a.path for a in mlc.list_artifacts(o.run_id, "prompts")}
     assert arts == {f"prompts/cycle_{k:02d}.json" for k in steps}
+    assert {a.path for a in mlc.list_artifacts(o.run_id, "cycle")} == {
+        f"cycle/cycle_{k:02d}.json" for k in steps
+    }
     assert {a.path for a in mlc.list_artifacts(o.run_id, "summary")} >= {"summary/cycle_00.json"}
-    name = mlc.get_run(o.run_id).data.tags["memloop.prompt_name"]
+    name = logged_run.data.tags["memloop.prompt_name"]
     versions = sorted(int(v.version) for v in mlc.search_prompt_versions(name))
     assert versions == [k + 1 for k in steps]
     assert mlc.get_prompt_version(name, 1).template == "Remember what the user says."
     assert "update stale ones" in mlc.get_prompt_version(name, 2).template
-    scores = {c["cycle"]: c["memory_score"] for c in o.cycles if c["memory_score"] is not None}
-    if scores:
-        best = mlc.get_prompt_version_by_alias(name, "best")
-        assert int(best.version) == 1 + max(scores, key=lambda k: (scores[k], -k))
+    # the alias `best` follows the validation score (earliest on a tie), never the test score
+    val = {c.cycle: c.score("val") for c in o.cycles if c.score("val") is not None}
+    chosen = max(val, key=lambda k: (val[k], -k)) if val else steps[-1]
+    assert o.selection.cycle == chosen
+    assert int(mlc.get_prompt_version_by_alias(name, "best").version) == 1 + chosen
+    headline = mlc.get_metric_history(o.run_id, "headline_test_overall")
+    assert [m.value for m in headline] == [o.cycles[chosen].score("test", "overall")]
     summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
     entry = summary["users"][0]["question_answer_history"][0]
     assert {"question", "assistant_response", "ground_truth", "retrieved_memories"} <= set(entry)
+    # the summary comes from training users only
+    from memloop.optimize.context import load_environment, split_users
+
+    users = split_users(load_environment(config.environment)[0], config.environment)
+    assert summary["users"] and {u["user"] for u in summary["users"]} <= {
+        u.id for u in users["train"]
+    }
 
 
 def test_a_finished_run_extended_with_more_cycles_evolves_its_last_prompt(tmp_path):
@@ -125,7 +135,7 @@ def test_a_finished_run_extended_with_more_cycles_evolves_its_last_prompt(tmp_pa
     step = json.loads((longer.run_dir / "cycle_01" / "evolve.json").read_text())
     assert json.loads((longer.run_dir / "cycle_02" / "prompts.json").read_text()) == step["prompts"]
     mlc = mlflow_client(config)
-    assert [m.step for m in mlc.get_metric_history(longer.run_id, "overall")] == [0, 1, 2]
+    assert [m.step for m in mlc.get_metric_history(longer.run_id, "train_overall")] == [0, 1, 2]
     assert {a.path for a in mlc.list_artifacts(longer.run_id, "evolve")} == {
         "evolve/cycle_00.json",
         "evolve/cycle_01.json",
@@ -186,9 +196,10 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
             fake,
             feedback_modes=["none", "complete"],
             environment={
-                "procedural": {"users": 4, "periods": 2, "questions": 2, "seed": 1},
+                "procedural": {"users": 6, "periods": 2, "questions": 2, "seed": 1},
                 "train_users": 2,
-                "heldout_users": 2,
+                "val_users": 2,
+                "test_users": 2,
             },
         )
     result = compare(config.tracking_uri, "unit")
@@ -196,9 +207,22 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
         ("none", "none"),
         ("complete", "reflective"),
     ]
-    for r in result["rows"]:
+    for r, o in zip(result["rows"], outcomes, strict=True):
         assert r.cycles == 2 and r.tokens > 0 and r.factual_recall is not None
-    assert "feedback" in result["table"] and "complete" in result["table"]
+        assert (r.split, r.n_users) == ("test", 2)
+        # compare rebuilds the run's own selection from the logged records
+        assert r.selection == o.selection
+        assert r.selected == o.cycles[o.selection.cycle].score("test") == o.headline
+        first = o.cycles[0].splits["test"].per_user
+        chosen = o.cycles[o.selection.cycle].splits["test"].per_user
+        pairs = [
+            chosen[u]["memory_score"] - first[u]["memory_score"]
+            for u in first
+            if first[u]["memory_score"] is not None and chosen[u]["memory_score"] is not None
+        ]
+        assert r.delta == (pytest.approx(sum(pairs) / len(pairs)) if pairs else None)
+    assert "paired diff" in result["table"] and "complete" in result["table"]
+    assert "only 2 users per cell: the intervals are wide" in result["table"]
     assert (
         main(
             [
@@ -241,9 +265,29 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
     assert bootstrap_ci([0.5]) is None
 
 
-def test_compare_counts_cycles_where_the_memory_score_is_undefined(tmp_path):
+def split(memory_score, users=None):
+    from memloop.optimize.cycles import SplitResult
+
+    per_user = {
+        u: {"memory_score": v, "overall": 0.5, "factual_recall": None}
+        for u, v in (users or {}).items()
+    }
+    return SplitResult(
+        users=len(per_user) or 1,
+        memory_score=memory_score,
+        overall=0.5,
+        factual_recall=0.25,
+        write=0.5,
+        read=0.0,
+        utilization=0.0,
+        per_user=per_user,
+    )
+
+
+def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
     from memloop.optimize import tracking
     from memloop.optimize.compare import compare, run_histories
+    from memloop.optimize.cycles import CycleRecord
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlc = tracking.client(uri)
@@ -256,19 +300,31 @@ def test_compare_counts_cycles_where_the_memory_score_is_undefined(tmp_path):
         {"a": 1},
         tags={"memloop.feedback_mode": "complete", "memloop.evolver": "reflective"},
     )
-    for step, ms in ((0, None), (1, 0.4), (2, None)):
-        tracking.log_metrics(
-            mlc, rid, {"overall": 0.5, "memory_score": ms, "factual_recall": 0.25 * step}, step=step
+    # val: undefined, 0.4, 0.2 -> cycle 1 is selected; test is best at cycle 2 (never chosen)
+    cycles = [
+        (None, {"u1": 0.1, "u2": 0.3}),
+        (0.4, {"u1": 0.2, "u2": 0.6}),
+        (0.2, {"u1": 0.9, "u2": 0.9}),
+    ]
+    for k, (val, test) in enumerate(cycles):
+        record = CycleRecord(
+            cycle=k,
+            splits={
+                "val": split(val),
+                "test": split(sum(test.values()) / 2, test),
+            },
         )
+        tracking.log_text(mlc, rid, record.model_dump_json(), f"cycle/cycle_{k:02d}.json")
     tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
-    tracking.log_text(mlc, rid, '{"writer": "b"}', "prompts/cycle_02.json")
-    result = compare(uri, "gaps", to="last")
+    tracking.log_text(mlc, rid, '{"writer": "b"}', "prompts/cycle_01.json")
+    result = compare(uri, "gaps")
     (row,) = result["rows"]
-    assert (row.cycles, row.first, row.last, row.best, row.best_cycle) == (3, None, None, 0.4, 1)
-    assert row.factual_recall == 0.5
-    assert "-a" in result["diff"] and "+b" in result["diff"]
-    (hist,) = run_histories(uri, result["rows"])
-    assert [c["memory_score"] for c in hist.cycles] == [None, 0.4, None]
+    assert (row.cycles, row.selection.cycle, row.split, row.n_users) == (3, 1, "test", 2)
+    assert row.first == pytest.approx(0.2) and row.selected == pytest.approx(0.4)
+    assert row.delta == pytest.approx(((0.2 - 0.1) + (0.6 - 0.3)) / 2)
+    assert "-a" in result["diff"] and "+b" in result["diff"]  # cycle 0 -> selected cycle 1
+    (hist,) = run_histories(result["rows"])
+    assert [c["memory_score"] for c in hist.cycles] == pytest.approx([0.2, 0.4, 0.9])
 
 
 KILL_SCRIPT = """
@@ -329,7 +385,7 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
     mlc = mlflow_client(config)
     runs = mlc.search_runs([mlc.get_experiment_by_name("unit").experiment_id])
     assert len(runs) == 1 and runs[0].info.run_id == o.run_id
-    assert [m.step for m in mlc.get_metric_history(o.run_id, "overall")] == [0, 1, 2]
+    assert [m.step for m in mlc.get_metric_history(o.run_id, "train_overall")] == [0, 1, 2]
     assert 0 < before < reference
     # at most the calls in flight at the kill are sent twice
     assert total <= reference + 2

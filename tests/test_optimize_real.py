@@ -18,9 +18,10 @@ pytestmark = pytest.mark.real_model
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {
-    "procedural": {"users": 1, "periods": 1, "questions": 1, "seed": 3},
+    "procedural": {"users": 3, "periods": 1, "questions": 1, "seed": 3},
     "train_users": 1,
-    "heldout_users": 0,
+    "val_users": 1,
+    "test_users": 1,
 }
 
 
@@ -57,7 +58,7 @@ def test_gepa_two_cycles(workspace, local_client):
         "environment": ENV,
         "policy": capped_policy(root, "awi"),
         "feedback_modes": ["complete"],
-        "evolvers": ["gepa"],
+        "search": "gepa",
         "cycles": 2,
         "rounds": {"init": 1, "update": 1},
         "endpoints": endpoints(endpoint),
@@ -70,9 +71,11 @@ def test_gepa_two_cycles(workspace, local_client):
     assert main(["evolve", str(path), "--no-progress"]) == 0
     mlc = tracking.client(config["tracking_uri"])
     (run,) = mlc.search_runs([mlc.get_experiment_by_name("real-gepa").experiment_id])
-    steps = [m.step for m in mlc.get_metric_history(run.info.run_id, "factual_recall")]
-    assert steps[:2] == [0, 1]
+    for split in ("train", "val", "test"):
+        steps = [m.step for m in mlc.get_metric_history(run.info.run_id, f"{split}_overall")]
+        assert steps[:2] == [0, 1], split
     assert "gepa_val_score" in run.data.metrics
+    assert run.data.tags["memloop.search"] == "gepa"
 
 
 @pytest.mark.slow
@@ -82,7 +85,7 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
     root, endpoint = workspace
     config = {
         "study": "tiny-awe",
-        "environment": ENV,
+        "environment": {**ENV, "train_users": 0, "val_users": 1, "test_users": 1},
         "policy": capped_policy(root, "awe"),
         "trials": 1,
         "update_freq": [2, 4],
@@ -105,8 +108,10 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
     study = optuna.load_study(study_name="tiny-awe", storage=config["storage"])
     assert len(study.trials) == 2
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    assert study.trials[1].params != study.trials[0].params  # the rerun continued the search
     out = capsys.readouterr().out
     assert "2 finished trials, 1 added now" in out
+    assert "on 1 test users: memory score" in out  # the best trial, re-run on the test user
     from memloop.optimize import tracking
 
     mlc = tracking.client(config["tracking_uri"])
@@ -117,4 +122,8 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
         if r.data.tags.get("memloop.kind") == "tune-trial"
     ]
     assert len({r.data.tags.get("mlflow.parentRunId") for r in children}) == 1
-    assert all("memory_score" in r.data.metrics for r in children)
+    assert all("val_memory_score" in r.data.metrics for r in children)
+    (parent,) = [
+        r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags.get("memloop.kind") == "tune"
+    ]
+    assert "test_overall" in parent.data.metrics

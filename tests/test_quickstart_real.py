@@ -32,9 +32,10 @@ def quickstart(tmp_path_factory, local_client):
         **full,
         "experiment": "quickstart-test",
         "environment": {
-            "procedural": {"users": 2, "periods": 1, "questions": 1, "seed": 5},
+            "procedural": {"users": 3, "periods": 1, "questions": 1, "seed": 5},
             "train_users": 1,
-            "heldout_users": 1,
+            "val_users": 1,
+            "test_users": 1,
         },
         "cycles": 2,
         # the copy lives elsewhere: name the shipped policy file absolutely
@@ -82,8 +83,12 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
     for mode, run in runs.items():
         rid = run.info.run_id
         assert run.info.status == "FINISHED"
-        assert [m.step for m in mlc.get_metric_history(rid, "factual_recall")] == [0, 1]
-        assert [m.step for m in mlc.get_metric_history(rid, "overall")] == [0, 1]
+        for split in ("train", "val", "test"):
+            for key in ("factual_recall", "overall"):
+                steps = [m.step for m in mlc.get_metric_history(rid, f"{split}_{key}")]
+                assert steps == [0, 1], (split, key)
+        assert run.data.params["scorer_version"] == "1"
+        assert run.data.params["splits.test_users"] == "1"
         artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
         assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}
         name = run.data.tags["memloop.prompt_name"]
@@ -139,7 +144,7 @@ def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
     quickstart's cycle-0 episodes, so the model work is the quickstart's (served from the cache)."""
     root, _, _ = quickstart
     env = root / "env.json"
-    procedural = ["--users", "2", "--periods", "1", "--questions", "1", "--seed", "5"]
+    procedural = ["--users", "3", "--periods", "1", "--questions", "1", "--seed", "5"]
     assert main(["env", "procedural", *procedural, "--out", str(env)]) == 0
     args = [
         "eval",
@@ -162,7 +167,7 @@ def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
     assert all(key in m for key in (*keys, "factual_recall", "usage"))
     d = m["diagnosis"]
     assert d["write"] + d["read"] + d["utilization"] == pytest.approx(1 - m["overall"])
-    assert m["questions"] == 2 * 2 * 1 and len(m["per_period"]) == 2  # users x periods x q
+    assert m["questions"] == 3 * 2 * 1 and len(m["per_period"]) == 2  # users x periods x q
     lines = (root / "eval" / "records.jsonl").read_text().splitlines()
     assert len(lines) == m["questions"]
     print(printed.splitlines()[-2])  # how many requests the cache did not answer

@@ -96,3 +96,21 @@ def safe_name(text: str) -> str:
     cleaned = _UNSAFE.sub("_", text).strip(".") or "_"
     tag = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
     return f"{cleaned[:80]}-{tag}"
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """An exclusive lock between processes (and threads) on `path` (created if missing).
+
+    Blocks until the lock is free; released when the block ends or the process dies.
+    """
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

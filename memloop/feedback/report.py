@@ -15,8 +15,20 @@ from typing import Any
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_table
 from memloop.environment.episode import PeriodRecord
-from memloop.feedback.records import SCORER_VERSION, period_recall, question_records
-from memloop.feedback.scoring import MemoryScoreUndefined, factual_recall, score, score_by_period
+from memloop.feedback.records import (
+    SCORER_VERSION,
+    PeriodRecall,
+    QuestionRecord,
+    period_recall,
+    question_records,
+)
+from memloop.feedback.scoring import (
+    MemoryScoreUndefined,
+    factual_recall,
+    index_records,
+    score,
+    score_by_period,
+)
 
 
 def collect(period_records: Iterable[PeriodRecord]):
@@ -53,17 +65,7 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
                 "factual_recall": factual_recall(r for r in recalls if r.period == p),
             }
         )
-    per_user = {}
-    for uid in sorted({q.user_id for q in questions}):
-        mine = [q for q in questions if q.user_id == uid]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MemoryScoreUndefined)
-            s = score(mine)
-        per_user[uid] = {
-            "memory_score": s.memory_score,
-            "overall": s.overall,
-            "factual_recall": factual_recall(r for r in recalls if r.user_id == uid),
-        }
+    per_user = _per_user(questions, recalls)
     metrics = {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in questions}),
@@ -82,6 +84,58 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         "usage": dict(sorted(usage.items())),
     }
     return metrics, [str(w.message) for w in caught]
+
+
+def _per_user(
+    questions: list[QuestionRecord],
+    recalls: list[PeriodRecall],
+    lookup: dict[tuple[str, int, int], QuestionRecord] | None = None,
+) -> dict[str, dict[str, Any]]:
+    out = {}
+    for uid in sorted({q.user_id for q in questions}):
+        mine = [q for q in questions if q.user_id == uid]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MemoryScoreUndefined)
+            s = score(mine, lookup)
+        out[uid] = {
+            "memory_score": s.memory_score,
+            "overall": s.overall,
+            "factual_recall": factual_recall(r for r in recalls if r.user_id == uid),
+        }
+    return out
+
+
+def period_metrics(history: list[PeriodRecord], period: int) -> dict[str, Any]:
+    """The metrics of period `period`'s probes, diagnosed against the whole `history`.
+
+    A wrong answer in period p whose state query was right when the fact was written (an earlier
+    period) is a read failure; scoring the period's records alone would lose that earlier query
+    and call it a write failure. Same keys as build_metrics' totals, `usage` of that period only.
+    """
+    questions, recalls = collect(history)
+    lookup = index_records(questions)
+    mine = [q for q in questions if q.period == period]
+    mine_recalls = [r for r in recalls if r.period == period]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MemoryScoreUndefined)
+        s = score(mine, lookup)
+    usage: dict[str, int] = {}
+    for rec in history:
+        if rec.period == period:
+            for component, row in rec.usage.items():
+                usage[component] = usage.get(component, 0) + row.get("total_tokens", 0)
+    return {
+        "scorer_version": SCORER_VERSION,
+        "users": len({q.user_id for q in mine}),
+        "questions": s.n_questions,
+        "overall": s.overall,
+        "memory_score": s.memory_score,
+        "json_errors": s.json_errors,
+        "diagnosis": s.diagnosis.model_dump(),
+        "factual_recall": factual_recall(mine_recalls),
+        "per_user": _per_user(mine, mine_recalls, lookup),
+        "usage": dict(sorted(usage.items())),
+    }
 
 
 def write_outputs(

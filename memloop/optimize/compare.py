@@ -1,8 +1,10 @@
 """`memloop compare`: the runs of an MLflow experiment side by side, and a prompt diff.
 
-The table shows the memory score at the first, last and best cycle with a bootstrap 95%
-interval over users, factual recall and tokens; the diff is a unified diff of a run's first and
-best prompt.
+Each run's cycles are read back as `CycleRecord`s (the `cycle/` artifacts), the run's prompt is
+selected on validation users with `cycles.select_cycle` (the rule the run itself used), and the
+headline is that prompt's memory score on the test users, never a maximum over test cycles. Next
+to it: cycle 0 (the initial prompt) on the same test users, and the paired difference with a
+bootstrap 95% interval over test users.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from typing import Any
 from memloop.core.errors import UserError
 from memloop.core.tables import format_table
 from memloop.optimize import tracking
+from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
+
+HEADLINE_SPLIT = "test"
 
 
 @dataclass
@@ -24,16 +29,23 @@ class RunRow:
     name: str
     feedback_mode: str
     evolver: str
-    cycles: int
+    search: str
+    records: list[CycleRecord]
+    selection: Selection | None
+    split: str  # the split the numbers below are on ("test"; "val" or "train" without one)
+    n_users: int
     first: float | None
-    last: float | None
-    best: float | None
-    best_cycle: int | None
+    selected: float | None
+    delta: float | None  # selected - first, mean over users defined in both
     ci_first: tuple[float, float] | None
-    ci_last: tuple[float, float] | None
-    ci_best: tuple[float, float] | None
+    ci_selected: tuple[float, float] | None
+    ci_delta: tuple[float, float] | None
     factual_recall: float | None
     tokens: int
+
+    @property
+    def cycles(self) -> int:
+        return len(self.records)
 
 
 def bootstrap_ci(
@@ -50,17 +62,6 @@ def bootstrap_ci(
     return lo, hi
 
 
-def _user_scores(mlc, run_id: str, cycle: int | None) -> list[float]:
-    if cycle is None:
-        return []
-    try:
-        text = _download_text(mlc, run_id, f"per_user/cycle_{cycle:02d}.json")
-    except Exception:
-        return []
-    data = json.loads(text)
-    return [v["memory_score"] for v in data.values() if v.get("memory_score") is not None]
-
-
 def _download_text(mlc, run_id: str, path: str) -> str:
     import tempfile
     from pathlib import Path
@@ -70,8 +71,55 @@ def _download_text(mlc, run_id: str, path: str) -> str:
         return Path(local).read_text()
 
 
-def _history(mlc, run_id: str, key: str) -> dict[int, float]:
-    return {m.step: m.value for m in mlc.get_metric_history(run_id, key)}
+def run_records(mlc, run_id: str) -> list[CycleRecord]:
+    """The run's CycleRecords, in cycle order, from its `cycle/` artifacts."""
+    paths = sorted(a.path for a in mlc.list_artifacts(run_id, "cycle"))
+    return [CycleRecord.model_validate_json(_download_text(mlc, run_id, p)) for p in paths]
+
+
+def user_scores(record: CycleRecord, split: str) -> dict[str, float]:
+    result = record.splits.get(split)  # type: ignore[call-overload]
+    if result is None:
+        return {}
+    return {
+        u: v["memory_score"] for u, v in result.per_user.items() if v["memory_score"] is not None
+    }
+
+
+def headline_split(records: list[CycleRecord]) -> str:
+    present = set(records[0].splits) if records else set()
+    return next((s for s in (HEADLINE_SPLIT, "val", "train") if s in present), HEADLINE_SPLIT)
+
+
+def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
+    tags = run.data.tags
+    selection = select_cycle(records)
+    split = headline_split(records)
+    first_rec = records[0] if records else None
+    chosen = records[selection.cycle] if selection else None
+    first_u = user_scores(first_rec, split) if first_rec else {}
+    chosen_u = user_scores(chosen, split) if chosen else {}
+    paired = [chosen_u[u] - first_u[u] for u in sorted(set(first_u) & set(chosen_u))]
+    result = chosen.splits.get(split) if chosen else None  # type: ignore[call-overload]
+    return RunRow(
+        run_id=run.info.run_id,
+        name=tags.get("mlflow.runName", run.info.run_id),
+        feedback_mode=tags["memloop.feedback_mode"],
+        evolver=tags.get("memloop.evolver", "?"),
+        search=tags.get("memloop.search", "episode"),
+        records=records,
+        selection=selection,
+        split=split,
+        n_users=result.users if result else 0,
+        first=first_rec.score(split) if first_rec else None,
+        selected=chosen.score(split) if chosen else None,
+        delta=sum(paired) / len(paired) if paired else None,
+        ci_first=bootstrap_ci(list(first_u.values())),
+        ci_selected=bootstrap_ci(list(chosen_u.values())),
+        ci_delta=bootstrap_ci(paired),
+        factual_recall=result.factual_recall if result else None,
+        tokens=sum(sum(r.tokens.values()) for r in records),
+    )
 
 
 def experiment_rows(tracking_uri: str, experiment: str) -> list[RunRow]:
@@ -84,47 +132,20 @@ def experiment_rows(tracking_uri: str, experiment: str) -> list[RunRow]:
         )
     rows = []
     for run in mlc.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
-        tags = run.data.tags
-        if "memloop.feedback_mode" not in tags:
-            continue
-        scores = _history(mlc, run.info.run_id, "memory_score")
-        # every cycle logs `overall`; the memory score is missing where it is undefined
-        steps = sorted(_history(mlc, run.info.run_id, "overall"))
-        first = steps[0] if steps else None
-        last = steps[-1] if steps else None
-        best = max(scores, key=lambda s: (scores[s], -s)) if scores else None
-        recall = _history(mlc, run.info.run_id, "factual_recall")
-        tokens = sum(
-            int(sum(_history(mlc, run.info.run_id, k).values()))
-            for k in run.data.metrics
-            if k.startswith("tokens_")
-        )
-        rid = run.info.run_id
-        rows.append(
-            RunRow(
-                run_id=rid,
-                name=tags.get("mlflow.runName", rid),
-                feedback_mode=tags["memloop.feedback_mode"],
-                evolver=tags.get("memloop.evolver", "?"),
-                cycles=len(steps),
-                first=scores.get(first),
-                last=scores.get(last),
-                best=scores.get(best),
-                best_cycle=best,
-                ci_first=bootstrap_ci(_user_scores(mlc, rid, first)),
-                ci_last=bootstrap_ci(_user_scores(mlc, rid, last)),
-                ci_best=bootstrap_ci(_user_scores(mlc, rid, best)),
-                factual_recall=recall.get(last) if last is not None else None,
-                tokens=tokens,
-            )
-        )
+        if "memloop.feedback_mode" in run.data.tags:
+            rows.append(make_row(run, run_records(mlc, run.info.run_id)))
     return rows
 
 
-def _cell(value: float | None, ci: tuple[float, float] | None) -> str:
+def _cell(value: float | None, ci: tuple[float, float] | None, signed: bool = False) -> str:
     if value is None:
         return "n/a"
-    return f"{value:.3f}" + (f" [{ci[0]:.2f},{ci[1]:.2f}]" if ci else "")
+    number = "{:+.3f}" if signed else "{:.3f}"
+    bound = "{:+.2f}" if signed else "{:.2f}"
+    text = number.format(value)
+    if ci:
+        text += f" [{bound.format(ci[0])},{bound.format(ci[1])}]"
+    return text
 
 
 def format_rows(rows: list[RunRow]) -> str:
@@ -132,10 +153,13 @@ def format_rows(rows: list[RunRow]) -> str:
         [
             r.feedback_mode,
             r.evolver,
+            r.search,
             r.cycles,
+            f"{r.split} {r.n_users}",
             _cell(r.first, r.ci_first),
-            _cell(r.last, r.ci_last),
-            _cell(r.best, r.ci_best) + (f" ({r.best_cycle})" if r.best_cycle is not None else ""),
+            _cell(r.selected, r.ci_selected)
+            + (f" ({r.selection.cycle})" if r.selection is not None else ""),
+            _cell(r.delta, r.ci_delta, signed=True),
             r.factual_recall,
             r.tokens,
         ]
@@ -143,26 +167,40 @@ def format_rows(rows: list[RunRow]) -> str:
     ]
     lines = [
         format_table(
-            ["feedback", "evolver", "cycles", "first", "last", "best (cycle)", "recall", "tokens"],
+            [
+                "feedback",
+                "evolver",
+                "search",
+                "cycles",
+                "users",
+                "cycle 0",
+                "selected (cycle)",
+                "paired diff",
+                "recall",
+                "tokens",
+            ],
             cells,
-            align="llrlllrr",
-        )
+            align="lllrllllrr",
+        ),
+        "memory score on the users shown (test users unless none are configured) of the initial "
+        "prompt (cycle 0) and of the prompt selected on validation users, with bootstrap 95% "
+        "intervals over users; paired diff = selected - cycle 0 on the same users",
     ]
-    lines.append(
-        "memory score per cycle (mean over evaluation users) with a bootstrap 95% "
-        "interval over users"
-    )
+    small = min((r.n_users for r in rows), default=0)
+    if small < 10:
+        lines.append(f"only {small} users per cell: the intervals are wide (or absent below 2)")
+    if any(r.split != HEADLINE_SPLIT for r in rows):
+        lines.append("a run without test users shows validation/training numbers: not a headline")
     return "\n".join(lines)
 
 
 def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: str = "best") -> str:
-    """Unified diff between the first cycle's prompts and the best (or last) cycle's of one run.
+    """Unified diff between the first cycle's prompts and the selected (or last) cycle's.
 
-    The run is `which`, by default the run with the best memory score.
+    The run is `which`, by default the run with the best headline score. `to="best"` is the
+    cycle selected on validation users.
     """
     candidates = [r for r in rows if r.cycles]
-    if to == "best":
-        candidates = [r for r in candidates if r.best_cycle is not None] or candidates
     if not candidates:
         return "(no cycles logged yet)"
     if which:
@@ -171,17 +209,18 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
             raise UserError(f"no run {which!r}; runs: {', '.join(r.name for r in candidates)}")
         row = chosen[0]
     else:
-        row = max(candidates, key=lambda r: r.best or float("-inf"))
+        row = max(candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
     mlc = tracking.client(tracking_uri)
 
     def prompts(cycle: int) -> dict[str, str]:
         return json.loads(_download_text(mlc, row.run_id, f"prompts/cycle_{cycle:02d}.json"))
 
-    if to == "best" and row.best_cycle is None:
-        to = "last"  # no cycle of this run has a defined memory score
-    target = row.best_cycle if to == "best" else row.cycles - 1
+    if to == "best" and row.selection is not None:
+        target, label = row.selection.cycle, "selected"
+    else:
+        target, label = row.cycles - 1, "last"
     first, best = prompts(0), prompts(target)
-    out = [f"run {row.name}: prompts of cycle 0 -> {to} cycle {target}"]
+    out = [f"run {row.name}: prompts of cycle 0 -> {label} cycle {target}"]
     for name in sorted(set(first) | set(best)):
         diff = difflib.unified_diff(
             first.get(name, "").splitlines(),
@@ -195,26 +234,24 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
     return "\n".join(out)
 
 
-def run_histories(tracking_uri: str, rows: list[RunRow]) -> list[Any]:
-    """Per-cycle memory score and factual recall of each run.
-
-    Each is shaped like evolve's RunOutcome (mode, evolver, cycles) for
-    `optimize.plots.plot_cycles`.
-    """
+def curves(mode: str, evolver: str, records: list[CycleRecord], split: str) -> Any:
+    """Per-cycle memory score and factual recall on `split`, shaped for plots.plot_cycles."""
     from types import SimpleNamespace
 
-    mlc = tracking.client(tracking_uri)
-    out = []
-    for r in rows:
-        scores = _history(mlc, r.run_id, "memory_score")
-        recall = _history(mlc, r.run_id, "factual_recall")
-        steps = sorted(_history(mlc, r.run_id, "overall"))
-        cycles = [
-            {"cycle": k, "memory_score": scores.get(k), "factual_recall": recall.get(k)}
-            for k in steps
-        ]
-        out.append(SimpleNamespace(mode=r.feedback_mode, evolver=r.evolver, cycles=cycles))
-    return out
+    cycles = [
+        {
+            "cycle": r.cycle,
+            "memory_score": r.score(split),
+            "factual_recall": r.score(split, "factual_recall"),
+        }
+        for r in records
+    ]
+    return SimpleNamespace(mode=mode, evolver=evolver, cycles=cycles)
+
+
+def run_histories(rows: list[RunRow]) -> list[Any]:
+    """`curves` of every row on its headline split."""
+    return [curves(r.feedback_mode, r.evolver, r.records, r.split) for r in rows]
 
 
 def compare(

@@ -8,13 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from memloop.core.config import load_yaml_model
 from memloop.core.errors import UserError
 from memloop.feedback.summary import FeedbackMode
 
-EvolverName = Literal["none", "reflective", "gepa"]
+EvolverName = Literal["none", "reflective"]
+SPLITS = ("train", "val", "test")
 
 
 class _Strict(BaseModel):
@@ -34,17 +35,41 @@ class ProceduralEnv(_Strict):
 
 
 class EnvSpec(_Strict):
+    """Where the users come from and how they are split.
+
+    The environment's users are taken in order: the first `train_users` are training users, the
+    next `val_users` validation users, the next `test_users` test users; the rest are unused.
+    - train: their episodes make the feedback the prompts evolve from;
+    - val: every selection (the `best` prompt, GEPA's Pareto front, tuning's objective);
+    - test: only evaluated, never selected on: the headline numbers.
+    """
+
     path: str | None = Field(None, description="a data.json file")
     procedural: ProceduralEnv | None = None
-    train_users: int = Field(2, ge=1, description="users the evolver learns from")
-    heldout_users: int = Field(0, ge=0, description="users that only evaluate a cycle's prompts")
+    train_users: int = Field(2, ge=0, description="users the evolver learns from")
+    val_users: int = Field(1, ge=0, description="users every selection is made on")
+    test_users: int = Field(1, ge=0, description="users that are only evaluated (the headline)")
     periods: int | None = Field(None, ge=1, description="evaluate only the first P periods")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "heldout_users" in data:
+            raise ValueError(
+                "heldout_users was split in two: val_users (selection) and test_users "
+                "(only evaluated, the headline)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvSpec:
         if (self.path is None) == (self.procedural is None):
             raise ValueError("give exactly one of path or procedural")
         return self
+
+    def sizes(self) -> dict[str, int]:
+        """{split: number of users} in SPLITS order."""
+        return {"train": self.train_users, "val": self.val_users, "test": self.test_users}
 
 
 class Endpoints(_Strict):
@@ -76,12 +101,22 @@ class EvolveConfig(_Strict):
     policy: str = Field(description="policy YAML, e.g. ../policies/awi.yaml")
     feedback_modes: list[FeedbackMode] = Field(["complete"], min_length=1)
     evolvers: list[EvolverName] = Field(["reflective"], min_length=1)
-    cadence: Literal["episode", "period"] = "episode"
+    search: str = Field(
+        "episode",
+        description="how cycles are made: episode, period, gepa, a registered name or "
+        "'package.module:attribute'",
+    )
     cycles: int = Field(3, ge=1, description="evolution cycles (episode cadence)")
     rounds: Rounds = Field(default_factory=Rounds)
     endpoints: Endpoints = Field(default_factory=Endpoints)
     summary_max_questions: int = Field(
         12, ge=1, description="questions per feedback summary (wrong answers first)"
+    )
+    summary_max_chars: int = Field(
+        12000,
+        ge=200,
+        description="feedback summary size budget (JSON characters), filled with whole users "
+        "and questions; what does not fit is left out and recorded",
     )
     gepa: GepaSettings = Field(default_factory=GepaSettings)
     parallel_users: int = Field(2, ge=1)
@@ -90,11 +125,39 @@ class EvolveConfig(_Strict):
     out_dir: str | None = Field(None, description="run folders (default: runs/evolve/<experiment>)")
     source: str | None = Field(None, exclude=True)
 
-    def conditions(self) -> list[tuple[str, str]]:
-        """(feedback mode, evolver) runs; `none` feedback or evolver means no evolution."""
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if "cadence" in data:
+                raise ValueError(
+                    f"cadence was renamed search (search: {data['cadence']}); a search is "
+                    "episode, period, gepa or a registered name"
+                )
+            if "gepa" in (data.get("evolvers") or []):
+                raise ValueError(
+                    "GEPA is a search, not an evolver: write search: gepa (and drop evolvers)"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _needs_training(self) -> EvolveConfig:
+        if not self.environment.train_users:
+            raise ValueError(
+                "environment.train_users: evolution needs at least one training user "
+                "(their episodes make the feedback)"
+            )
+        return self
+
+    def conditions(self, evolves_itself: bool = False) -> list[tuple[str, str]]:
+        """(feedback mode, evolver) runs; `none` feedback or evolver means no evolution.
+
+        A search that `evolves_itself` (GEPA) has no evolver: its conditions are (mode, search).
+        """
+        evolvers = [self.search] if evolves_itself else self.evolvers
         seen, out = set(), []
         for mode in self.feedback_modes:
-            for evolver in self.evolvers:
+            for evolver in evolvers:
                 key = ("none", "none") if "none" in (mode, evolver) else (mode, evolver)
                 if key not in seen:
                     seen.add(key)
@@ -116,13 +179,22 @@ class TuneConfig(_Strict):
     environment: EnvSpec
     policy: str = Field(description="an AWE policy YAML, e.g. ../policies/awe.yaml")
     trials: int = Field(6, ge=1, description="trials to add per invocation")
-    update_freq: list[int] = Field([1, 2, 4], min_length=1)
-    short_term_len: list[int] = Field([0, 2, 4, 8], min_length=1)
-    top_k: list[int] = Field([5, 10, 30], min_length=1)
-    default_trial: dict[str, int] = Field(
+    # the paper's grid: AWE-(freq, ns, topk) with freq {2,4,8}, ns {0,4,8}, topk {10,30,50}
+    update_freq: list[StrictInt] = Field([2, 4, 8], min_length=1)
+    short_term_len: list[StrictInt] = Field([0, 4, 8], min_length=1)
+    top_k: list[StrictInt] = Field([10, 30, 50], min_length=1)
+    default_trial: dict[str, StrictInt] = Field(
         default_factory=lambda: {"update_freq": 2, "short_term_len": 4, "top_k": 30}
     )
+    sampler: Literal["grid", "tpe"] = Field(
+        "grid",
+        description="grid: each setting once, in random order (stops when all are done); "
+        "tpe: Optuna's TPE, reseeded per run so a rerun continues the search",
+    )
     minimize_tokens: bool = Field(False, description="second objective: tokens per user")
+    heartbeat_s: int = Field(
+        60, ge=1, description="trial heartbeat; a trial silent for 2x this is taken as dead"
+    )
     rounds: Rounds = Field(default_factory=Rounds)
     endpoints: Endpoints = Field(default_factory=Endpoints)
     parallel_users: int = Field(2, ge=1)
@@ -135,6 +207,25 @@ class TuneConfig(_Strict):
     @property
     def experiment_name(self) -> str:
         return self.experiment or (Path(self.source).stem if self.source else "memloop-tune")
+
+    @model_validator(mode="after")
+    def _tuning_splits(self) -> TuneConfig:
+        env = self.environment
+        if "train_users" not in env.model_fields_set:
+            env.train_users = 0  # the EnvSpec default is for evolution
+        if env.train_users:
+            raise ValueError(
+                "environment.train_users: tuning trains nothing; its objective is on val_users "
+                "and the best trial is re-evaluated on test_users (set train_users: 0)"
+            )
+        if not env.val_users:
+            raise ValueError("environment.val_users: tuning needs validation users (its objective)")
+        for key in ("update_freq", "short_term_len", "top_k"):
+            if self.default_trial.get(key) not in getattr(self, key):
+                raise ValueError(
+                    f"default_trial.{key} = {self.default_trial.get(key)} is not in {key}"
+                )
+        return self
 
     @property
     def study_name(self) -> str:

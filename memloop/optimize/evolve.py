@@ -1,8 +1,8 @@
-"""`memloop evolve`: every condition of an experiment, each run by the search it calls for.
+"""`memloop evolve`: every condition of an experiment, each a RunContext run by its search.
 
-The searches: episode cadence (a cycle = whole episodes, then one evolution step), period cadence
-(the paper's Algorithm 1: the prompt evolves inside the episode after every period) and GEPA.
-The cycle machinery they share lives in optimize/evolution.py, which imports none of them.
+The search is the config's `search:` (optimize/searches.py); the no-evolution baseline of a search
+that evolves itself (GEPA) runs as the episode search, which evaluates the initial prompts each
+cycle on the same users.
 """
 
 from __future__ import annotations
@@ -11,22 +11,35 @@ from typing import Any
 
 from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig
-from memloop.optimize.evolution import (
-    Evolution,
+from memloop.optimize.context import (
+    RunContext,
     RunOutcome,
-    Search,
+    load_environment,
     role_clients,
-    run_episode_cadence,
+    split_users,
 )
-from memloop.optimize.gepa_search import run_gepa
-from memloop.optimize.period_cadence import run_period_cadence
+from memloop.optimize.searches import Search, get_search
 
 
-def choose_search(config: EvolveConfig, evolver: str) -> Search:
-    """GEPA is its own search; otherwise the config's cadence decides."""
-    if evolver == "gepa":
-        return run_gepa
-    return run_period_cadence if config.cadence == "period" else run_episode_cadence
+def conditions(config: EvolveConfig) -> list[tuple[str, str, Search]]:
+    """(feedback mode, evolver, search) of every run of `config`."""
+    search = get_search(config.search)
+    if search.evolves_itself and "evolvers" in config.model_fields_set:
+        raise_evolvers(config, search)
+    out = []
+    for mode, evolver in config.conditions(evolves_itself=search.evolves_itself):
+        chosen = get_search("episode") if search.evolves_itself and evolver == "none" else search
+        out.append((mode, evolver, chosen))
+    return out
+
+
+def raise_evolvers(config: EvolveConfig, search: Search) -> None:
+    from memloop.core.errors import UserError
+
+    raise UserError(
+        f"{config.source or 'config'}: key 'evolvers': search {search.name} evolves the "
+        "prompts itself; drop the evolvers key"
+    )
 
 
 def run_evolve(
@@ -36,14 +49,45 @@ def run_evolve(
     clients: RoleClients | None = None,
     builder: Any = None,
 ) -> list[RunOutcome]:
-    """Every condition of `config` in turn; `builder` replaces policies.build_policy (tests)."""
+    """Every condition of `config` in turn; `builder` replaces policies.build_policy (tests).
+
+    Bad input (unknown search, splits larger than the environment, a search that needs
+    validation users without any) is refused before a client starts or a file is written.
+    """
+    chosen = conditions(config)
+    items, _ = load_environment(config.environment)
+    users = split_users(items, config.environment)
+    for _, _, search in chosen:
+        if search.needs_val and not users["val"]:
+            from memloop.core.errors import UserError
+
+            raise UserError(
+                f"{config.source or 'config'}: key 'environment.val_users': search "
+                f"{search.name} selects on validation users; set val_users to at least 1"
+            )
     clients = clients or role_clients(config.endpoints)
-    outcomes = []
-    for mode, evolver in config.conditions():
-        print(f"== {config.experiment_name}: feedback={mode} evolver={evolver}", flush=True)
-        outcomes.append(
-            Evolution(
-                config, mode, evolver, clients=clients, progress=progress, builder=builder
-            ).run(choose_search(config, evolver))
+    runs = [
+        (
+            RunContext(
+                config,
+                mode,
+                evolver,
+                search.name,
+                search.spec(config),
+                clients=clients,
+                progress=progress,
+                builder=builder,
+            ),
+            search,
         )
+        for mode, evolver, search in chosen
+    ]
+    outcomes = []
+    for ctx, search in runs:
+        print(
+            f"== {config.experiment_name}: feedback={ctx.mode} evolver={ctx.evolver_name} "
+            f"search={search.name}",
+            flush=True,
+        )
+        outcomes.append(ctx.run(search.cycles(ctx)))
     return outcomes

@@ -6,17 +6,18 @@
   because the output format lives in the DSPy signature's fields, not in the text). When the
   rewrite is rejected (small models mostly copy the instructions verbatim), the same model is asked
   for the easier edit: one to three new rules, appended to the current instructions.
-GEPA needs candidate evaluations, not just a summary: see optimize/gepa_search.py.
+GEPA needs candidate evaluations, not just a summary: it is a search (optimize/gepa_search.py).
+An evolver reports the tokens each proposal used in `EvolveStep.tokens`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from memloop.feedback.summary import render_summary
 from memloop.llm.client import ChatClient
 
 
@@ -24,6 +25,7 @@ class EvolveStep(BaseModel):
     prompts: dict[str, str]
     changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
     errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
+    tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
 
 
 class Evolver(Protocol):
@@ -213,22 +215,20 @@ class ReflectiveEvolver:
         client: ChatClient,
         *,
         max_words: int = 350,
-        max_feedback_chars: int = 12000,
         max_tokens: int = 1024,
         append_rules: bool = True,
     ):
         self.client = client
         self.append_rules = append_rules
         self.max_words = max_words
-        self.max_feedback_chars = max_feedback_chars
         self.max_tokens = max_tokens
 
     def propose(
         self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
     ) -> EvolveStep:
-        feedback = json.dumps(summary, ensure_ascii=False, indent=1)
-        if len(feedback) > self.max_feedback_chars:
-            feedback = feedback[: self.max_feedback_chars] + "\n... (truncated)"
+        # the summary arrives within its budget (feedback.summary.budgeted_summary): no cut here
+        feedback = render_summary(summary)
+        used_before = self.client.usage.component("optimizer").total_tokens
         step = EvolveStep(prompts=dict(prompts))
         banned = revealed_values(summary)
         for name, instructions in sorted(prompts.items()):
@@ -255,6 +255,7 @@ class ReflectiveEvolver:
                     continue
                 problem += "; " + (rules_problem or "instructions with the rules too long")
             step.errors[name] = problem + "; kept the old one"
+        step.tokens = self.client.usage.component("optimizer").total_tokens - used_before
         return step
 
     def _ask(self, system: str, user: str, sample: int) -> str:

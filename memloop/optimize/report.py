@@ -1,4 +1,4 @@
-"""Printed summaries of evolution outcomes."""
+"""Printed summaries of evolution outcomes: every cycle per split, then the headline."""
 
 from __future__ import annotations
 
@@ -7,31 +7,31 @@ from typing import Any
 from memloop.core.tables import format_table
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def print_outcomes(config: Any, outcomes: list[Any]) -> None:
     print(f"\nexperiment {config.experiment_name} (MLflow: {config.tracking_uri})")
-    keys = ("memory_score", "overall", "factual_recall", "write", "read", "utilization")
-    rows = [
-        [o.mode, o.evolver, c["cycle"], *(c.get(k) for k in keys)]
-        for o in outcomes
-        for c in o.cycles
-    ]
-    print(
-        format_table(
-            [
-                "feedback",
-                "evolver",
-                "cycle",
-                "mem_score",
-                "overall",
-                "recall",
-                "write",
-                "read",
-                "util",
-            ],
-            rows,
-            align="ll" + "r" * 7,
-        )
-    )
+    rows = []
+    for o in outcomes:
+        chosen = o.selection.cycle if o.selection else None
+        for c in o.cycles:
+            rows.append(
+                [
+                    o.mode,
+                    o.evolver,
+                    f"{c.cycle}{'*' if c.cycle == chosen else ''}",
+                    *(_num(c.score(s)) for s in ("train", "val", "test")),
+                    _num(c.score("test", "factual_recall")),
+                    *(_num(c.score("test", k)) for k in ("write", "read", "utilization")),
+                ]
+            )
+    headers = ["feedback", "evolver", "cycle", "train", "val", "test", "test recall"]
+    headers += ["test write", "test read", "test util"]
+    print("memory score per split; failure shares on test users")
+    print(format_table(headers, rows, align="ll" + "r" * 8))
+    print("* the cycle selected on validation users (its test score is the headline)")
     print("run folders: " + ", ".join(str(o.run_dir) for o in outcomes))
     resumed = [o for o in outcomes if o.resumed]
     if resumed:

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from memloop.core.files import safe_name
+from memloop.core.files import file_lock, safe_name
 from memloop.core.settings import apply_offline_defaults
 
 RUN_KEY_TAG = "memloop.run_key"
@@ -21,18 +21,30 @@ _lock = threading.Lock()
 
 def _mlflow():
     apply_offline_defaults()
+    import logging
+
     import mlflow
+
+    # "Creating initial MLflow database tables..." and similar INFO lines are not for our users
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
 
     return mlflow
 
 
 def client(tracking_uri: str):
-    """An MlflowClient on `tracking_uri`; creates the folder of a sqlite store."""
+    """An MlflowClient on `tracking_uri`; creates the folder of a sqlite store.
+
+    The store is opened (and a new sqlite store's schema created) under the store's file lock:
+    two processes starting on a fresh store would otherwise both run MLflow's migrations.
+    """
     mlflow = _mlflow()
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(tracking_uri)  # the prompt registry API reads the global URI
-    return mlflow.MlflowClient(tracking_uri=tracking_uri)
+    with _uri_lock(tracking_uri):
+        mlc = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        mlc.search_experiments(max_results=1)
+    return mlc
 
 
 def experiment_id(mlc, name: str, tracking_uri: str) -> str:
@@ -55,8 +67,12 @@ def open_run(
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> tuple[str, bool]:
-    """(run id, resumed): the run tagged with `run_key`, or a new one with `params` logged."""
-    with _lock:
+    """(run id, resumed): the run tagged with `run_key`, or a new one with `params` logged.
+
+    Looking up and creating happen under one lock shared by every process using the store (a
+    file lock beside a sqlite store), so two workers never create the same run twice.
+    """
+    with _lock, _store_lock(mlc):
         found = mlc.search_runs(
             [exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1
         )
@@ -77,6 +93,19 @@ def open_run(
     for i in range(0, len(items), 100):
         mlc.log_batch(run_id, params=items[i : i + 100])
     return run_id, False
+
+
+def _store_lock(mlc: Any):
+    """A file lock beside a sqlite tracking store; no lock (a no-op) for other stores."""
+    return _uri_lock(str(getattr(mlc, "tracking_uri", "")))
+
+
+def _uri_lock(uri: str):
+    import contextlib
+
+    if uri.startswith("sqlite:///"):
+        return file_lock(Path(uri[len("sqlite:///") :] + ".lock"))
+    return contextlib.nullcontext()
 
 
 def finish_run(mlc, run_id: str, status: str = "FINISHED") -> None:

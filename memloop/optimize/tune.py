@@ -1,29 +1,39 @@
 """Optuna tuning of AWE's hyperparameters (update_freq, short_term_len, top_k).
 
-The objective is the memory score on the tuning users (optionally a second objective: tokens per
-user).
-
-The Optuna storage is the source of truth (ask/tell): rerunning adds trials to the same study.
-A trial killed mid-way is marked failed and its parameters asked again first, and its episodes
-were checkpointed in a folder named by those parameters, so no finished model call is repeated.
-The paper's default (2, 4, 30) is the first trial. Each trial is a nested MLflow run.
+- Objective: the memory score on the validation users (optionally a second objective, tokens per
+  user, for a Pareto front). The best trial is then run once on the test users, which no trial
+  saw: that is the headline, logged on the study's MLflow run.
+- Several `memloop tune` processes may share one study (sqlite or any RDB storage): each trial
+  sends a heartbeat, a trial whose process died is found by its silence (not "every RUNNING
+  trial") and retried once by Optuna's RetryHeartbeatStaleTrialCallback.
+- A rerun continues the search: the `grid` sampler (default) takes each setting once, skipping
+  those any earlier run or other worker finished or is running; `tpe` is reseeded with the number
+  of trials so far, so it does not replay its first suggestions.
+- A study remembers what it measures (environment, users, policy, endpoints, scorer): reopening it
+  with other settings is refused, naming a new study instead.
+- Every trial's episodes are checkpointed in a folder named by its parameters, so a retried trial
+  repeats no finished model call. Each trial is a nested MLflow run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memloop.core.files import json_sha256
+from memloop.core.errors import UserError
+from memloop.core.files import atomic_write_json, file_lock, json_sha256
 from memloop.core.tables import format_table
+from memloop.environment.catalogue import catalogue_sha256
 from memloop.optimize import tracking
 from memloop.optimize.config import TuneConfig
-from memloop.optimize.evolution import load_environment, role_clients, split_users
+from memloop.optimize.context import load_environment, role_clients, split_users
 
 PARAMS = ("update_freq", "short_term_len", "top_k")
+IDENTITY_ATTR = "memloop.identity"
 
 
 @dataclass
@@ -33,41 +43,79 @@ class TuneOutcome:
     trials: list[dict[str, Any]]
     best: list[dict[str, Any]]
     added: int
-    requeued: int = 0  # interrupted trials of earlier runs put back in the queue
+    retried: int = 0  # trials of dead workers retried
+    test: dict[str, Any] | None = None  # the best trial on the test users
+    pareto_plot: Path | None = None
+    exhausted: bool = False
+    notes: list[str] = field(default_factory=list)
 
 
-def _storage_path(storage: str) -> None:
-    if storage.startswith("sqlite:///"):
-        Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+def _storage(config: TuneConfig):
+    """The RDB storage with heartbeats.
 
-
-def open_study(config: TuneConfig):
+    A trial silent for 2 x heartbeat_s is failed and retried once
+    (RetryHeartbeatStaleTrialCallback), by whichever worker notices it.
+    """
     import optuna
 
-    _storage_path(config.storage)
-    directions = ["maximize", "minimize"] if config.minimize_tokens else ["maximize"]
-    sampler = optuna.samplers.TPESampler(seed=config.seed)
-    study = optuna.create_study(
-        study_name=config.study_name,
-        storage=config.storage,
-        load_if_exists=True,
-        directions=directions,
-        sampler=sampler,
+    if config.storage.startswith("sqlite:///"):
+        Path(config.storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(
+        config.storage,
+        engine_kwargs={"connect_args": {"timeout": 60}}
+        if config.storage.startswith("sqlite")
+        else None,
+        heartbeat_interval=config.heartbeat_s,
+        grace_period=2 * config.heartbeat_s,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+            max_retry=1
+        ),
     )
-    return study
 
 
-def requeue_interrupted(study) -> int:
-    """Mark trials left RUNNING by a killed process as failed and ask their params again."""
+def make_sampler(config: TuneConfig, trials_so_far: int):
     import optuna
 
-    stale = [
-        t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING
-    ]
-    for t in stale:
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-        study.enqueue_trial(dict(t.params), skip_if_exists=False)
-    return len(stale)
+    seed = config.seed * 100_003 + trials_so_far  # a rerun continues, it does not replay
+    if config.sampler == "grid":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def open_study(config: TuneConfig, identity: dict[str, Any]):
+    """The study (created or continued); refuses one made for other settings."""
+    import optuna
+
+    directions = ["maximize", "minimize"] if config.minimize_tokens else ["maximize"]
+    lock = (
+        file_lock(config.storage[len("sqlite:///") :] + ".lock")
+        if config.storage.startswith("sqlite:///")
+        else contextlib.nullcontext()
+    )
+    with lock:  # two workers on a fresh sqlite file would both create its tables
+        study = optuna.create_study(
+            study_name=config.study_name,
+            storage=_storage(config),
+            load_if_exists=True,
+            directions=directions,
+        )
+    if len(study.directions) != len(directions):
+        raise UserError(
+            f"{config.source}: key 'minimize_tokens': study {config.study_name} has "
+            f"{len(study.directions)} objective(s); name a new study to change it"
+        )
+    key = json_sha256(identity)
+    found = study.user_attrs.get(IDENTITY_ATTR)
+    if found is None:
+        study.set_user_attr(IDENTITY_ATTR, key)
+    elif found != key:
+        raise UserError(
+            f"{config.source}: study {config.study_name!r} in {config.storage} was made with "
+            "other settings (environment, users, policy, rounds or endpoints); set `study:` to "
+            "a new name"
+        )
+    study.sampler = make_sampler(config, len(study.trials))
+    return study
 
 
 def _policy_factory(policy_config: Any) -> Callable[[str, Path, Any], Any]:
@@ -77,127 +125,227 @@ def _policy_factory(policy_config: Any) -> Callable[[str, Path, Any], Any]:
     return lambda uid, wd, c: build_policy(policy_config, c, wd)
 
 
-def run_tune(config: TuneConfig, *, progress: bool = True) -> TuneOutcome:
-    import optuna
+def _folder(params: dict[str, int]) -> str:
+    return "awe-" + "-".join(str(params[k]) for k in PARAMS)
 
-    from memloop.core.errors import UserError
-    from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import run_evaluation
-    from memloop.policies import AWEConfig, load_policy_config
 
-    base = load_policy_config(config.policy)
-    if not isinstance(base, AWEConfig):
-        raise UserError(
-            f"{config.source}: policy {config.policy} is not an AWE policy "
-            "(type: awe); tuning covers AWE's update_freq, short_term_len and top_k"
+class Tuner:
+    """One `memloop tune` invocation: objective on val users, the best trial on test users."""
+
+    def __init__(
+        self,
+        config: TuneConfig,
+        *,
+        progress: bool = True,
+        clients: Any = None,
+        builder: Any = None,
+    ):
+        from memloop.policies import AWEConfig, load_policy_config
+
+        self.config = config
+        self.progress = progress
+        self.base = load_policy_config(config.policy)
+        if not isinstance(self.base, AWEConfig):
+            raise UserError(
+                f"{config.source}: policy {config.policy} is not an AWE policy "
+                "(type: awe); tuning covers AWE's update_freq, short_term_len and top_k"
+            )
+        items, self.env_desc = load_environment(config.environment)
+        self.users = split_users(items, config.environment)
+        self.clients = clients or role_clients(config.endpoints)
+        self.builder = builder
+        self.added = 0  # trials this invocation finished (other workers add theirs)
+
+    def identity(self) -> dict[str, Any]:
+        from memloop.feedback.records import SCORER_VERSION
+
+        return {
+            "env": self.env_desc,
+            "users": {s: [i.id for i in items] for s, items in self.users.items()},
+            "policy": self.base.model_dump(mode="json"),
+            "rounds": self.config.rounds.model_dump(),
+            "periods": self.config.environment.periods,
+            "endpoints": self.clients.public(),
+            "scorer_version": SCORER_VERSION,
+            "catalogue_sha256": catalogue_sha256(),
+        }
+
+    def evaluate(self, split: str, params: dict[str, int]):
+        from memloop.environment.simulator import SimulatorConfig
+        from memloop.feedback.evaluate import run_evaluation
+
+        config = self.config
+        policy_config = self.base.model_copy(update={**params, "name": None})
+        factory = (
+            _policy_factory(policy_config)
+            if self.builder is None
+            else (lambda uid, wd, c, pc=policy_config: self.builder(pc, c, wd))
         )
-    items, env_desc = load_environment(config.environment)
-    users, _ = split_users(items, config.environment)
-    clients = role_clients(config.endpoints)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(config)
-    requeued = requeue_interrupted(study)
-    if not study.trials:
-        study.enqueue_trial({k: config.default_trial[k] for k in PARAMS})
+        return run_evaluation(
+            self.users[split],
+            factory,
+            config.output_root / split / _folder(params),
+            agent_client=self.clients.agent,
+            sim_client=self.clients.user_sim,
+            checker_client=self.clients.checker,
+            sim_config=SimulatorConfig(
+                rounds_init=config.rounds.init, rounds_update=config.rounds.update
+            ),
+            periods=config.environment.periods,
+            max_users_in_parallel=config.parallel_users,
+            progress=self.progress,
+        )
 
-    mlc = tracking.client(config.tracking_uri)
-    exp = tracking.experiment_id(mlc, config.experiment_name, config.tracking_uri)
-    parent_key = json_sha256({"study": config.study_name, "storage": config.storage})
-    parent_id, _ = tracking.open_run(
-        mlc,
-        exp,
-        parent_key,
-        f"tune-{config.study_name}",
-        {
-            "config": config.model_dump(mode="json", exclude={"source"}),
-            "data": env_desc,
-            "users": [u.id for u in users],
-            "models": {r: e["model"] for r, e in clients.public().items()},
-        },
-        tags={"memloop.kind": "tune", "memloop.study": config.study_name},
-    )
-    sim = SimulatorConfig(rounds_init=config.rounds.init, rounds_update=config.rounds.update)
+    def run(self) -> TuneOutcome:
+        import optuna
 
-    added = 0
-    for _ in range(config.trials):
-        trial = study.ask()
+        config = self.config
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        identity = self.identity()
+        study = open_study(config, identity)
+        default = {k: config.default_trial[k] for k in PARAMS}
+        study.enqueue_trial(default, skip_if_exists=True)  # the paper's default goes first
+
+        mlc = tracking.client(config.tracking_uri)
+        exp = tracking.experiment_id(mlc, config.experiment_name, config.tracking_uri)
+        parent_key = json_sha256({"study": config.study_name, "storage": config.storage})
+        parent_id, _ = tracking.open_run(
+            mlc,
+            exp,
+            parent_key,
+            f"tune-{config.study_name}",
+            {
+                "config": config.model_dump(mode="json", exclude={"source"}),
+                "data": self.env_desc,
+                "splits": {f"{s}_users": len(v) for s, v in self.users.items()},
+                "models": {r: e["model"] for r, e in self.clients.public().items()},
+                "scorer_version": identity["scorer_version"],
+                "catalogue_sha256": identity["catalogue_sha256"],
+            },
+            tags={"memloop.kind": "tune", "memloop.study": config.study_name},
+        )
+        try:
+            study.optimize(
+                lambda trial: self.objective(trial, mlc, exp, parent_id, parent_key),
+                n_trials=config.trials,
+                gc_after_trial=False,
+                show_progress_bar=False,
+            )
+        except BaseException:
+            tracking.finish_run(mlc, parent_id, "KILLED")
+            raise
+        outcome = summarize_study(study, config, self.added)
+        outcome.exhausted = config.sampler == "grid" and self.added < config.trials
+        if outcome.best:
+            outcome.test = self.test_best(outcome.best[0], mlc, parent_id)
+        if config.minimize_tokens and outcome.trials:
+            outcome.pareto_plot = config.output_root / "pareto.png"
+            plot_pareto(outcome, outcome.pareto_plot)
+            mlc.log_artifact(parent_id, str(outcome.pareto_plot))
+        tracking.finish_run(mlc, parent_id)
+        return outcome
+
+    def objective(self, trial, mlc, exp: str, parent_id: str, parent_key: str):
+        config = self.config
         params = {
             "update_freq": trial.suggest_categorical("update_freq", config.update_freq),
             "short_term_len": trial.suggest_categorical("short_term_len", config.short_term_len),
             "top_k": trial.suggest_categorical("top_k", config.top_k),
         }
-        policy_config = base.model_copy(update={**params, "name": None})
-        out = (
-            config.output_root / f"awe-{params['update_freq']}-{params['short_term_len']}-"
-            f"{params['top_k']}"
-        )
-        key = json_sha256({"parent": parent_key, "params": params})
         run_id, _ = tracking.open_run(
             mlc,
             exp,
-            key,
-            f"trial-{trial.number}-{policy_config.display_name}",
-            {"trial": trial.number, **params, "policy": policy_config.model_dump(mode="json")},
+            json_sha256({"parent": parent_key, "params": params}),
+            f"trial-{trial.number}-{_folder(params)}",
+            {"trial": trial.number, **params},
             tags={"memloop.kind": "tune-trial", "memloop.study": config.study_name},
             parent_run_id=parent_id,
         )
         started = time.perf_counter()
         try:
-            result = run_evaluation(
-                users,
-                _policy_factory(policy_config),
-                out,
-                agent_client=clients.agent,
-                sim_client=clients.user_sim,
-                checker_client=clients.checker,
-                sim_config=sim,
-                periods=config.environment.periods,
-                max_users_in_parallel=config.parallel_users,
-                progress=progress,
-            )
+            result = self.evaluate("val", params)
         except BaseException:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
             tracking.finish_run(mlc, run_id, "FAILED")
             raise
         m = result.metrics
         tokens = sum(m["usage"].values()) / max(1, m["users"])
         score = m["memory_score"] if m["memory_score"] is not None else 0.0
-        trial.set_user_attr("overall", m["overall"])
-        trial.set_user_attr("factual_recall", m["factual_recall"])
+        for key in ("overall", "factual_recall", "memory_score"):
+            trial.set_user_attr(key, m[key])
         trial.set_user_attr("tokens_per_user", tokens)
         trial.set_user_attr("run_id", run_id)
-        values = [score, tokens] if config.minimize_tokens else score
-        study.tell(trial, values)
         tracking.log_metrics(
             mlc,
             run_id,
             {
-                "memory_score": m["memory_score"],
-                "overall": m["overall"],
-                "factual_recall": m["factual_recall"],
-                "tokens_per_user": tokens,
-                **{k: v for k, v in m["diagnosis"].items()},
+                **{f"val_{k}": m[k] for k in ("memory_score", "overall", "factual_recall")},
+                **{f"val_{k}": v for k, v in m["diagnosis"].items()},
+                "val_tokens_per_user": tokens,
                 **{f"tokens_{c}": float(v) for c, v in m["usage"].items()},
                 "seconds": time.perf_counter() - started,
             },
             step=0,
         )
         tracking.finish_run(mlc, run_id)
-        tracking.log_metrics(mlc, parent_id, {"memory_score": score}, step=trial.number)
-        added += 1
-    tracking.finish_run(mlc, parent_id)
-    return summarize_study(study, config, added, requeued)
+        tracking.log_metrics(mlc, parent_id, {"val_memory_score": score}, step=trial.number)
+        self.added += 1
+        return (score, tokens) if config.minimize_tokens else score
+
+    def test_best(self, best: dict[str, Any], mlc, parent_id: str) -> dict[str, Any] | None:
+        """The best trial (by validation score) run on the test users; logged on the parent."""
+        if not self.users["test"]:
+            return None
+        params = {k: best[k] for k in PARAMS}
+        m = self.evaluate("test", params).metrics
+        row = {
+            "trial": best["number"],
+            **params,
+            **{k: m[k] for k in ("memory_score", "overall", "factual_recall", "users")},
+        }
+        tracking.log_metrics(
+            mlc,
+            parent_id,
+            {
+                "test_memory_score": m["memory_score"],
+                "test_overall": m["overall"],
+                "test_factual_recall": m["factual_recall"],
+                **{f"test_{k}": v for k, v in m["diagnosis"].items()},
+                "test_trial": float(best["number"]),
+            },
+            step=best["number"],
+        )
+        atomic_write_json(self.config.output_root / "test_best.json", row)
+        return row
 
 
-def summarize_study(study, config: TuneConfig, added: int, requeued: int = 0) -> TuneOutcome:
+def run_tune(
+    config: TuneConfig, *, progress: bool = True, clients: Any = None, builder: Any = None
+) -> TuneOutcome:
+    """Add `config.trials` trials to the study, then test its best trial.
+
+    `clients` and `builder` (replacing policies.build_policy) are for tests. Optuna's warnings
+    that heartbeats and the brute-force sampler are "experimental" are not shown.
+    """
+    import warnings
+
     import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return Tuner(config, progress=progress, clients=clients, builder=builder).run()
+
+
+def summarize_study(study, config: TuneConfig, added: int) -> TuneOutcome:
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     rows = [
         {
             "number": t.number,
             **t.params,
-            "memory_score": t.values[0],
+            "memory_score": t.user_attrs.get("memory_score"),
+            "objective": t.values[0],
             "tokens_per_user": t.user_attrs.get("tokens_per_user"),
             "overall": t.user_attrs.get("overall"),
             "factual_recall": t.user_attrs.get("factual_recall"),
@@ -206,9 +354,64 @@ def summarize_study(study, config: TuneConfig, added: int, requeued: int = 0) ->
     ]
     best_numbers = {t.number for t in study.best_trials} if done else set()
     best = sorted(
-        (r for r in rows if r["number"] in best_numbers), key=lambda r: -r["memory_score"]
+        (r for r in rows if r["number"] in best_numbers),
+        key=lambda r: (-r["objective"], r["number"]),
     )
-    return TuneOutcome(config.study_name, config.storage, rows, best, added, requeued)
+    retried = sum(1 for t in study.trials if Retry.retried_trial_number(t) is not None)
+    return TuneOutcome(config.study_name, config.storage, rows, best, added, retried)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point dominates (higher score, fewer tokens)."""
+    front = []
+    for i, (s, t) in enumerate(points):
+        dominated = any(
+            (s2 >= s and t2 <= t) and (s2 > s or t2 < t)
+            for j, (s2, t2) in enumerate(points)
+            if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def plot_pareto(outcome: TuneOutcome, path: Path) -> None:
+    """Validation memory score vs tokens per user, one point per trial, the front joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    points = [(r["objective"], r["tokens_per_user"] or 0.0) for r in outcome.trials]
+    front = sorted(pareto_front(points), key=lambda i: points[i][1])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([p[1] for p in points], [p[0] for p in points], color="0.6", label="trial")
+    ax.plot(
+        [points[i][1] for i in front],
+        [points[i][0] for i in front],
+        "o-",
+        color="C3",
+        label="Pareto front",
+    )
+    for i in front:
+        r = outcome.trials[i]
+        ax.annotate(
+            f"({r['update_freq']},{r['short_term_len']},{r['top_k']})",
+            (points[i][1], points[i][0]),
+            fontsize=7,
+            textcoords="offset points",
+            xytext=(4, 4),
+        )
+    ax.set(
+        xlabel="tokens per user",
+        ylabel="validation memory score",
+        title=f"{outcome.study_name}: AWE-(freq, ns, topk)",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def format_outcome(outcome: TuneOutcome) -> str:
@@ -226,26 +429,40 @@ def format_outcome(outcome: TuneOutcome) -> str:
         ]
         for r in outcome.trials
     ]
-    lines = [
+    head = (
         f"study {outcome.study_name} ({outcome.storage}): {len(outcome.trials)} finished "
         f"trials, {outcome.added} added now"
-        + (f", {outcome.requeued} interrupted trials re-queued" if outcome.requeued else ""),
+    )
+    if outcome.retried:
+        head += f", {outcome.retried} retried after their worker died"
+    lines = [
+        head,
         format_table(
             [
                 "trial",
                 "update_freq",
                 "short_term_len",
                 "top_k",
-                "mem_score",
-                "overall",
-                "recall",
+                "val mem_score",
+                "val overall",
+                "val recall",
                 "tokens/user",
             ],
             rows,
             align="r" * 8,
         ),
+        "* best trial(s) on validation users"
+        + (" (Pareto front: memory score vs tokens)" if len(best) > 1 else ""),
     ]
-    lines.append(
-        "* best trial(s)" + (" (Pareto front: memory score vs tokens)" if len(best) > 1 else "")
-    )
+    if outcome.exhausted:
+        lines.append("the grid is exhausted: every setting has a finished trial")
+    if outcome.test is not None:
+        t = outcome.test
+        lines.append(
+            f"best trial {t['trial']} ({t['update_freq']}, {t['short_term_len']}, {t['top_k']}) "
+            f"on {t['users']} test users: memory score {t['memory_score']}, overall "
+            f"{t['overall']:.3f}, recall {t['factual_recall']}"
+        )
+    if outcome.pareto_plot is not None:
+        lines.append(f"Pareto front plot: {outcome.pareto_plot}")
     return "\n".join(lines)

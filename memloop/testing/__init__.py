@@ -3,15 +3,16 @@
 - :class:`FakeOpenAIServer`: a loopback OpenAI-compatible chat server with scripted replies;
 - :class:`ScriptedMemoryLLM`: a reply function that tells the policies' requests apart;
 - :class:`ScriptedPolicy`: a deterministic, model-free policy that passes ``check_policy``;
-- :class:`ScriptedEvolver`: a deterministic, model-free evolver that passes ``check_evolver``.
+- :class:`ScriptedEvolver`: a deterministic, model-free evolver that passes ``check_evolver``;
+- :func:`evolve_loop_reply`: a fake-server reply for the whole evolution loop (GEPA included).
 
 The conformance suites themselves live beside their Protocols:
 :func:`memloop.environment.policy_check.check_policy` and
 :func:`memloop.optimize.evolver_check.check_evolver`.
 """
 
-from memloop.testing.evolvers import ScriptedEvolver
-from memloop.testing.fake_server import FakeOpenAIServer
+from memloop.testing.evolvers import ScriptedEvolver, evolve_loop_reply, is_evolver_request
+from memloop.testing.fake_server import FakeOpenAIServer, fake_roles
 from memloop.testing.policies import ScriptedPolicy, scripted_builder
 from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
 
@@ -21,6 +22,9 @@ __all__ = [
     "ScriptedMemoryLLM",
     "ScriptedPolicy",
     "conversation_of",
+    "evolve_loop_reply",
+    "fake_roles",
+    "is_evolver_request",
     "request_kind",
     "scripted_builder",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from memloop.optimize.evolvers import EvolveStep
@@ -23,3 +24,37 @@ class ScriptedEvolver:
             prompts={k: f"{v}\n{line}" for k, v in prompts.items()},
             changes={k: [f"added: {line}"] for k in prompts},
         )
+
+
+def is_evolver_request(body: dict[str, Any]) -> bool:
+    """A chat request from the reflective evolver (or GEPA's reflection step)."""
+    text = " ".join(str(m.get("content", "")) for m in body["messages"])
+    return "<new_instructions>" in text or "``` blocks" in text
+
+
+def evolve_loop_reply(body: dict[str, Any]) -> str:
+    """A FakeOpenAIServer reply for the whole evolution loop, deterministic per request.
+
+    Evolver requests get a rewrite (as `<new_instructions>`, or in a ``` block for GEPA) that
+    differs with the amount of feedback; schema requests get schema-valid JSON (answer 2, every
+    other field "yes"); plain chat gets a short user-like line.
+    """
+    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    if is_evolver_request(body):
+        n = sum(1 for m in body["messages"] if "feedback" in str(m.get("content", "")).lower())
+        text = (
+            "Record every stated fact about the user's current situation and update stale "
+            f"ones (v{n})."
+        )
+        if "``` blocks" in " ".join(str(m.get("content", "")) for m in body["messages"]):
+            return f"```\n{text}\n```"
+        return (
+            "<changes>\n- focus on current situation\n</changes>\n"
+            f"<new_instructions>\n{text}\n</new_instructions>"
+        )
+    if schema is None:
+        return "Interesting, tell me more."
+    props = schema["properties"]
+    if "answer" in props:
+        return json.dumps({"answer": 2})
+    return json.dumps({k: "yes" for k in props})

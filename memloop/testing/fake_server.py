@@ -13,7 +13,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memloop.llm.roles import RoleClients
 
 
 class FakeOpenAIServer:
@@ -147,3 +151,13 @@ def _child_serve(latency_s: float, reply: str, queue) -> None:
     server = FakeOpenAIServer(latency_s=latency_s, reply=reply)
     queue.put(server.base_url)
     server._httpd.serve_forever()
+
+
+def fake_roles(base_url: str, cache: str | Path | None = None) -> RoleClients:
+    """RoleClients whose four roles share one client on `base_url`, cached at `cache`."""
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
+    from memloop.llm.roles import RoleClients
+
+    client = ChatClient(Endpoint(model="m", base_url=base_url), cache=cache)
+    return RoleClients(client, client, client, client)

@@ -58,7 +58,8 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         "--to",
         choices=["best", "last"],
         default="best",
-        help="diff the first cycle's prompt against the best or the last cycle's",
+        help="diff the first cycle's prompt against the one selected on validation users "
+        "(best) or the last cycle's",
     )
     cmp.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
     cmp.add_argument(
@@ -101,9 +102,7 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
         from memloop.optimize.compare import run_histories
         from memloop.optimize.plots import plot_cycles
 
-        plot_cycles(
-            run_histories(args.tracking_uri, result["rows"]), Path(args.plot), title=args.experiment
-        )
+        plot_cycles(run_histories(result["rows"]), Path(args.plot), title=args.experiment)
         print(f"\nplot: {args.plot}")
     return 0
 

@@ -61,7 +61,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         config.tracking_uri = args.tracking_uri
     config.out_dir = args.out
-    from memloop.optimize.evolution import role_clients
+    from memloop.optimize.context import role_clients
 
     clients = role_clients(config.endpoints)
     outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
@@ -69,9 +69,15 @@ def run_quickstart(args: argparse.Namespace) -> int:
     shown = evolving[-1] if evolving else outcomes[-1]
     result = compare(config.tracking_uri, config.experiment_name, run=shown.run_id, to="last")
     plot = Path(args.out) / "quickstart.png"
-    plot_cycles(outcomes, plot, title=f"AWI prompt evolution ({config.experiment_name})")
+    from memloop.optimize.compare import run_histories
+
+    plot_cycles(
+        run_histories(result["rows"]),
+        plot,
+        title=f"AWI prompt evolution ({config.experiment_name})",
+    )
     print()
-    print(per_cycle_table(outcomes))
+    print(per_cycle_table(result["rows"]))
     print()
     print(result["table"])
     print()
@@ -85,20 +91,25 @@ def run_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
-def per_cycle_table(outcomes) -> str:
-    """Memory score / factual recall of every cycle, one row per feedback mode (the plot's data)."""
-    cycles = max((len(o.cycles) for o in outcomes), default=0)
+def per_cycle_table(rows) -> str:
+    """Memory score / factual recall of every cycle on the headline users, one row per run."""
+    cycles = max((r.cycles for r in rows), default=0)
 
-    def cell(c: dict) -> str:
-        ms = "n/a" if c.get("memory_score") is None else f"{c['memory_score']:.2f}"
-        fr = "n/a" if c.get("factual_recall") is None else f"{c['factual_recall']:.2f}"
-        return f"{ms} / {fr}"
+    def cell(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
 
-    rows = [
-        [o.mode] + [cell(c) for c in o.cycles] + [""] * (cycles - len(o.cycles)) for o in outcomes
+    cells = [
+        [r.feedback_mode]
+        + [
+            f"{cell(c.score(r.split))} / {cell(c.score(r.split, 'factual_recall'))}"
+            for c in r.records
+        ]
+        + [""] * (cycles - r.cycles)
+        for r in rows
     ]
+    split = rows[0].split if rows else "test"
     lines = [
-        "memory score / factual recall per cycle (on held-out users when there are some)",
-        format_table(["feedback"] + [f"cycle {k}" for k in range(cycles)], rows),
+        f"memory score / factual recall per cycle on the {split} users",
+        format_table(["feedback"] + [f"cycle {k}" for k in range(cycles)], cells),
     ]
     return "\n".join(lines)

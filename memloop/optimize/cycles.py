@@ -1,0 +1,106 @@
+"""A cycle as data: `CycleRecord`, what every search yields, and the one selection rule.
+
+A cycle evaluates one set of prompts on up to three user splits:
+- `train`: the users whose episodes make the feedback (in the period cadence: the period's
+  online records, the prompt changing under them);
+- `val`: the users every selection is made on;
+- `test`: users that are only evaluated; nothing is ever chosen on them.
+
+`select_cycle` is the only place a run picks a cycle (the registry alias `best`, compare's
+headline): it reads validation metrics and nothing else, so a test user's result cannot change a
+selection (tests/test_optimize_splits.py poisons the test users to show it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memloop.feedback.summary import SummaryReport
+
+CYCLE_METRICS = ("memory_score", "overall", "factual_recall", "write", "read", "utilization")
+Split = Literal["train", "val", "test"]
+SELECTION_SPLIT: Split = "val"
+
+
+class SplitResult(BaseModel):
+    """One split's numbers in one cycle (CYCLE_METRICS plus the per-user scores)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    users: int
+    memory_score: float | None
+    overall: float
+    factual_recall: float | None
+    write: float
+    read: float
+    utilization: float
+    json_errors: int = 0
+    per_user: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @classmethod
+    def from_metrics(cls, metrics: dict[str, Any]) -> SplitResult:
+        """From a metrics.json dict (feedback.report.build_metrics)."""
+        return cls(
+            users=metrics["users"],
+            memory_score=metrics["memory_score"],
+            overall=metrics["overall"],
+            factual_recall=metrics["factual_recall"],
+            json_errors=metrics.get("json_errors", 0),
+            per_user=metrics.get("per_user", {}),
+            **metrics["diagnosis"],
+        )
+
+
+class CycleRecord(BaseModel):
+    """Everything one cycle produced; written once as cycle_NN/cycle.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cycle: int = Field(ge=0)
+    splits: dict[Split, SplitResult]
+    tokens: dict[str, int] = Field(default_factory=dict)  # per component, this cycle's work
+    seconds: float = 0.0
+    feedback: SummaryReport | None = None  # the summary the next prompts were evolved from
+    extra: dict[str, float] = Field(default_factory=dict)  # search-specific numbers
+
+    def metrics(self) -> dict[str, float | None]:
+        """MLflow metrics: `<split>_<metric>` per split and metric, tokens and extras."""
+        out: dict[str, float | None] = {}
+        for split, result in self.splits.items():
+            for name in CYCLE_METRICS:
+                out[f"{split}_{name}"] = getattr(result, name)
+        out.update({f"tokens_{c}": float(v) for c, v in self.tokens.items()})
+        out.update(self.extra)
+        if self.feedback is not None:
+            out["feedback_omitted_questions"] = float(len(self.feedback.omitted))
+        return out
+
+    def score(self, split: str, metric: str = "memory_score") -> float | None:
+        result = self.splits.get(split)  # type: ignore[call-overload]
+        return None if result is None else getattr(result, metric)
+
+
+class Selection(BaseModel):
+    """Which cycle's prompts a run stands for, and on what grounds."""
+
+    cycle: int
+    rule: str  # "best val_memory_score" or "last cycle (no validation users)"
+    val_memory_score: float | None = None
+
+
+def select_cycle(records: list[CycleRecord]) -> Selection | None:
+    """The cycle with the best validation memory score (the earliest on a tie).
+
+    Without validation users (or while no validation score is defined) the last cycle: no choice
+    is made, so none can be biased. Reads nothing but the `val` split.
+    """
+    if not records:
+        return None
+    scored = [(r.cycle, r.score(SELECTION_SPLIT)) for r in records]
+    defined = [(k, s) for k, s in scored if s is not None]
+    if defined:
+        k, s = max(defined, key=lambda ks: (ks[1], -ks[0]))
+        return Selection(cycle=k, rule="best val_memory_score", val_memory_score=s)
+    return Selection(cycle=records[-1].cycle, rule="last cycle (no validation score)")

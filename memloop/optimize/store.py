@@ -1,0 +1,70 @@
+"""`CycleStore`: a run folder's cycles on disk, each file written atomically.
+
+Layout (cycle k):
+    cycle_kk/prompts.json   the prompts the cycle evaluates (fixed the first time it starts)
+    cycle_kk/cycle.json     its CycleRecord (written last: the cycle is finished)
+    cycle_kk/summary.json   the feedback summary the next prompts come from
+    cycle_kk/evolve.json    the evolver's step (the next cycle's prompts)
+    cycle_kk/<split>/...    evaluation outputs; episodes/ holds their checkpoints
+
+A search reads back what a killed run finished and redoes nothing that is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memloop.core.files import atomic_write_json, atomic_write_text
+from memloop.optimize.cycles import CycleRecord
+from memloop.optimize.evolvers import EvolveStep
+
+
+class CycleStore:
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+
+    def cycle_dir(self, k: int) -> Path:
+        return self.run_dir / f"cycle_{k:02d}"
+
+    def prompts(self, k: int, proposed: dict[str, str]) -> dict[str, str]:
+        """Cycle k's prompts: those fixed when it first started, else `proposed` (now fixed)."""
+        path = self.cycle_dir(k) / "prompts.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, proposed)
+        return dict(proposed)
+
+    def record(self, k: int) -> CycleRecord | None:
+        path = self.cycle_dir(k) / "cycle.json"
+        return CycleRecord.model_validate_json(path.read_text()) if path.is_file() else None
+
+    def save(self, record: CycleRecord) -> None:
+        path = self.cycle_dir(record.cycle) / "cycle.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, record.model_dump_json(indent=1))
+
+    def summary(self, k: int) -> dict[str, Any] | None:
+        path = self.cycle_dir(k) / "summary.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def save_summary(self, k: int, summary: dict[str, Any]) -> None:
+        atomic_write_json(self.cycle_dir(k) / "summary.json", summary)
+
+    def step(self, k: int) -> EvolveStep | None:
+        path = self.cycle_dir(k) / "evolve.json"
+        return EvolveStep.model_validate_json(path.read_text()) if path.is_file() else None
+
+    def save_step(self, k: int, step: EvolveStep) -> None:
+        atomic_write_text(self.cycle_dir(k) / "evolve.json", step.model_dump_json(indent=1))
+
+    def artifacts(self, k: int) -> dict[str, str]:
+        """{artifact folder: text} of cycle k's files for MLflow."""
+        out = {}
+        for name in ("prompts", "cycle", "summary", "evolve"):
+            path = self.cycle_dir(k) / f"{name}.json"
+            if path.is_file():
+                out[name] = path.read_text()
+        return out

@@ -1,0 +1,316 @@
+"""Train / validation / test users, the search registry, the period cadence's diagnosis and the
+feedback budget, against a loopback fake model and a scripted policy.
+
+The central property: no selection reads a test user. Every search runs twice, once with the test
+users' results replaced by poison; the selected cycle, every prompt, every feedback summary and
+every evolver step are identical, while the logged test numbers do differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memloop.environment.episode import PeriodRecord
+from memloop.feedback.records import QuestionRecord
+from memloop.feedback.report import build_metrics, period_metrics
+from memloop.feedback.summary import budgeted_summary, render_summary
+from memloop.optimize.config import EvolveConfig, load_config
+from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+
+builder = scripted_builder(garble_every=3)
+
+
+def write_config(root: Path, **over) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    policy = root / "awi.yaml"
+    policy.write_text("type: awi\n")
+    data = {
+        "experiment": "splits",
+        "environment": {
+            "procedural": {"users": 5, "periods": 2, "questions": 2, "seed": 1},
+            "train_users": 2,
+            "val_users": 1,
+            "test_users": 2,
+        },
+        "policy": str(policy),
+        "feedback_modes": ["complete"],
+        "cycles": 3,
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "out_dir": str(root / "runs"),
+        "gepa": {"minibatch_size": 1, "max_metric_calls": 6},
+    }
+    data.update(over)
+    path = root / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(root: Path, fake: FakeOpenAIServer, **over):
+    from memloop.optimize.evolve import run_evolve
+
+    config = load_config(write_config(root, **over), EvolveConfig)
+    roles = fake_roles(fake.base_url, root / "c.sqlite")
+    return config, run_evolve(config, progress=False, clients=roles, builder=builder)
+
+
+def poison_test_users(monkeypatch) -> None:
+    """Every evaluation of a test user reports a memory score that grows with the cycle folder
+    (1.0 at the last cycle), so a selection reading test users would pick the last cycle."""
+    import memloop.optimize.context as context
+
+    real = context.run_evaluation_groups
+
+    def poisoned(groups, factory, out, **kw):
+        results = real(groups, factory, out, **kw)
+        if "test" in results:
+            digits = "".join(ch for ch in Path(out).name if ch.isdigit()) or "0"
+            fake = min(1.0, 0.1 + 0.45 * int(digits[-2:]))
+            metrics = results["test"].metrics
+            metrics["memory_score"] = fake
+            for row in metrics["per_user"].values():
+                row["memory_score"] = fake
+        return results
+
+    monkeypatch.setattr(context, "run_evaluation_groups", poisoned)
+
+
+def choices(outcome) -> dict:
+    """Everything a run chose: the selection, each cycle's prompts, summaries and steps."""
+    files = {}
+    for path in sorted(outcome.run_dir.glob("cycle_*/*.json")):
+        if path.name in ("prompts.json", "summary.json", "evolve.json"):
+            files[f"{path.parent.name}/{path.name}"] = json.loads(path.read_text())
+    gepa = outcome.run_dir / "gepa_cycles.json"
+    if gepa.is_file():
+        files["gepa_cycles"] = [
+            {k: v for k, v in h.items() if k != "feedback_omitted_questions"}
+            for h in json.loads(gepa.read_text())
+        ]
+    return {"selection": outcome.selection.model_dump(), "files": files}
+
+
+@pytest.mark.parametrize("search", ["episode", "period", "gepa"])
+def test_poisoned_test_users_change_no_selection(tmp_path, monkeypatch, search):
+    over = {"search": search}
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        _, (clean,) = run(tmp_path / "clean", fake, **over)
+        with monkeypatch.context() as m:
+            poison_test_users(m)
+            _, (dirty,) = run(tmp_path / "dirty", fake, **over)
+    clean_test = [c.score("test") for c in clean.cycles]
+    dirty_test = [c.score("test") for c in dirty.cycles]
+    assert dirty_test != clean_test  # the poison reached the logged test numbers
+    assert len(clean.cycles) >= 2
+    assert choices(dirty) == choices(clean)
+    for a, b in zip(clean.cycles, dirty.cycles, strict=True):
+        assert a.splits["val"] == b.splits["val"] and a.splits["train"] == b.splits["train"]
+
+
+# ---------------------------------------------------------------- registry and bad input
+
+
+class ReplayFirstPrompt:
+    """A user search: evaluates the initial prompts once per cycle, on every split."""
+
+    name = "constant"
+    needs_val = False
+    evolves_itself = False
+
+    def spec(self, config):
+        return {"name": self.name}
+
+    def cycles(self, ctx):
+        from memloop.optimize.context import split_results
+        from memloop.optimize.cycles import CycleRecord
+
+        for k in range(ctx.config.cycles):
+            prompts = ctx.store.prompts(k, ctx.initial_prompts)
+            record = ctx.store.record(k)
+            if record is None:
+                results = ctx.evaluate_splits(prompts, ctx.store.cycle_dir(k))
+                record = CycleRecord(cycle=k, splits=split_results(results))
+                ctx.store.save(record)
+            yield record
+
+
+def test_a_registered_search_runs_through_the_same_context(tmp_path):
+    from memloop.optimize.searches import get_search, register_search, search_names
+
+    register_search("constant", ReplayFirstPrompt())
+    assert "constant" in search_names() and get_search("constant").name == "constant"
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, (o,) = run(tmp_path, fake, search="constant", cycles=2)
+    assert [c.cycle for c in o.cycles] == [0, 1] and o.search == "constant"
+    assert "-complete-reflective-constant-" in o.run_dir.name
+    from memloop.optimize import tracking
+
+    mlc = tracking.client(config.tracking_uri)
+    assert len(mlc.get_metric_history(o.run_id, "test_overall")) == 2
+    # a search named by module path works without registering
+    with pytest.raises(Exception, match="unknown search"):
+        get_search("no-such-search")
+    assert get_search("memloop.optimize.episode_search:EpisodeSearch").name == "episode"
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        (
+            {
+                "environment": {
+                    "procedural": {"users": 3},
+                    "train_users": 2,
+                    "val_users": 1,
+                    "test_users": 1,
+                }
+            },
+            "= 4 users, but the environment has 3",
+        ),
+        ({"search": "magic"}, "unknown search 'magic'"),
+        (
+            {
+                "search": "gepa",
+                "environment": {
+                    "procedural": {"users": 3},
+                    "train_users": 2,
+                    "val_users": 0,
+                    "test_users": 1,
+                },
+            },
+            "environment.val_users",
+        ),
+        ({"search": "gepa", "evolvers": ["reflective"]}, "evolves the prompts itself"),
+        ({"evolvers": ["gepa"]}, "search: gepa"),
+        ({"cadence": "period"}, "cadence was renamed search"),
+        ({"environment": {"procedural": {"users": 3}, "heldout_users": 1}}, "val_users"),
+        ({"environment": {"procedural": {"users": 3}, "train_users": 0}}, "train_users"),
+    ],
+)
+def test_bad_splits_and_searches_are_one_line_with_nothing_written(tmp_path, capsys, over, needle):
+    from memloop.experiments.cli import main
+
+    path = write_config(tmp_path, **over)
+    assert main(["evolve", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlruns").exists()
+
+
+# ---------------------------------------------------------------- period cadence diagnosis
+
+
+def question(period: int, *, believed: str, chosen: int, write_period: int = 0) -> dict:
+    return QuestionRecord(
+        user_id="u",
+        period=period,
+        question_index=0,
+        question="Where does the user live?",
+        choices=["Lisbon", "Porto", "Faro", "Braga"],
+        required_info=["city"],
+        gold_index=0,
+        true_values={"city": "lisbon"},
+        write_periods={"city": write_period},
+        chosen_index=chosen,
+        state_answers={"city": believed},
+        ub_chosen_index=0,
+    ).model_dump()
+
+
+def period_record(period: int, q: dict) -> PeriodRecord:
+    return PeriodRecord(
+        user_id="u", period=period, mode="on_policy", sessions=[], probes={"questions": [q]}
+    )
+
+
+def test_period_metrics_keep_a_read_failure_a_read_failure():
+    # the fact was written in period 0 and queried right then; in period 1 it is misread
+    history = [
+        period_record(0, question(0, believed="lisbon", chosen=0)),
+        period_record(1, question(1, believed="porto", chosen=1)),
+    ]
+    m = period_metrics(history, 1)
+    assert m["diagnosis"] == {"write": 0.0, "read": 1.0, "utilization": 0.0}
+    assert m["overall"] == 0.0 and m["users"] == 1 and m["questions"] == 1
+    # what the period cadence did before: period 1's records alone lose the write-time query
+    alone, _ = build_metrics(history[1:])
+    assert alone["diagnosis"] == {"write": 1.0, "read": 0.0, "utilization": 0.0}
+    # and period 0 on its own history is right: no failure at all
+    assert period_metrics(history, 0)["diagnosis"] == {
+        "write": 0.0,
+        "read": 0.0,
+        "utilization": 0.0,
+    }
+
+
+def test_period_search_logs_read_failures_found_only_through_the_history(tmp_path, monkeypatch):
+    """Through the loop: the period cadence's train_* diagnosis is period_metrics over the whole
+    history (recomputed here from the run's checkpoints)."""
+    from memloop.environment.episode import load_record
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        _, (o,) = run(tmp_path, fake, search="period")
+    by_user = {}
+    for path in sorted(o.run_dir.glob("episodes/*/period_*/record.json")):
+        by_user.setdefault(path.parts[-3], []).append(load_record(path))
+    history = [r for rs in by_user.values() for r in rs]
+    for c in o.cycles:
+        expected = period_metrics(history, c.cycle)["diagnosis"]
+        got = c.splits["train"]
+        assert (got.write, got.read, got.utilization) == (
+            expected["write"],
+            expected["read"],
+            expected["utilization"],
+        )
+
+
+# ---------------------------------------------------------------- feedback budget
+
+
+def test_summary_budget_drops_whole_questions_and_records_them():
+    records = [
+        QuestionRecord.model_validate(
+            {**question(p, believed="lisbon", chosen=c), "user_id": u, "question_index": q}
+        )
+        for u in ("ann", "bob")
+        for p in (0, 1)
+        for q, c in ((0, 1), (1, 0))
+    ]
+    updates = {"ann": {"city": "lisbon"}, "bob": {"city": "lisbon"}}
+    full, report = budgeted_summary(records, "complete", updates, max_questions=99, max_chars=10**6)
+    assert report.questions == 8 and not report.omitted
+    budget = len(render_summary(full)) // 2
+    small, report = budgeted_summary(
+        records, "complete", updates, max_questions=99, max_chars=budget
+    )
+    text = render_summary(small)
+    assert len(text) <= budget and report.chars == len(text)
+    json.loads(text)  # whole JSON, never cut
+    kept = sum(len(u["question_answer_history"]) for u in small["users"])
+    assert kept == report.questions and 0 < kept < 8
+    assert len(report.omitted) == 8 - kept
+    assert all(o.reason == "max_chars" for o in report.omitted)
+    # priority: wrong answers (chosen 1) before right ones, then the latest period
+    entries = [e for u in small["users"] for e in u["question_answer_history"]]
+    assert all(e["assistant_response"] == "B" for e in entries)
+    capped, report = budgeted_summary(
+        records, "complete", updates, max_questions=3, max_chars=10**6
+    )
+    assert report.questions == 3 and [o.reason for o in report.omitted] == ["max_questions"] * 5
+
+
+def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
+    from memloop.optimize import tracking
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, (o,) = run(tmp_path, fake, summary_max_chars=900, cycles=2)
+    report = o.cycles[0].feedback
+    assert report is not None and report.max_chars == 900 and report.omitted
+    summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
+    assert len(render_summary(summary)) == report.chars <= 900
+    mlc = tracking.client(config.tracking_uri)
+    logged = mlc.get_metric_history(o.run_id, "feedback_omitted_questions")
+    assert logged[0].value == len(report.omitted)

@@ -1,0 +1,227 @@
+"""`memloop tune` against a loopback fake model and a scripted policy, on real Optuna (sqlite) and
+MLflow stores: two worker processes on one study, a rerun that continues the search, the
+objective on validation users, the best trial on test users, the Pareto plot, a dead worker's
+trial found by its heartbeat and retried."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from memloop.optimize.config import TuneConfig, load_config
+from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_config(root: Path, **over) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    policy = root / "awe.yaml"
+    policy.write_text("type: awe\n")
+    data = {
+        "study": "unit-awe",
+        "experiment": "unit-tune",
+        "environment": {
+            "procedural": {"users": 3, "periods": 1, "questions": 2, "seed": 1},
+            "val_users": 2,
+            "test_users": 1,
+        },
+        "policy": str(policy),
+        "trials": 2,
+        "update_freq": [2, 4],
+        "short_term_len": [0, 4],
+        "top_k": [10, 30],
+        "heartbeat_s": 1,
+        "parallel_users": 1,
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "storage": f"sqlite:///{root}/mlruns/optuna.db",
+        "out_dir": str(root / "tune"),
+    }
+    data.update(over)
+    path = root / "tune.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def tune(root: Path, fake: FakeOpenAIServer, **over):
+    from memloop.optimize.tune import run_tune
+
+    config = load_config(write_config(root, **over), TuneConfig)
+    roles = fake_roles(fake.base_url, root / "c.sqlite")
+    return config, run_tune(config, progress=False, clients=roles, builder=scripted_builder())
+
+
+def settings(study) -> list[tuple]:
+    return [tuple(sorted(t.params.items())) for t in study.trials]
+
+
+def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
+    from memloop.optimize import tracking
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, first = tune(tmp_path, fake)
+        _, second = tune(tmp_path, fake)
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 4 and (first.added, second.added) == (2, 2)
+    assert len(set(settings(study))) == 4  # the rerun added new settings, replayed none
+    assert study.trials[0].params == {"update_freq": 2, "short_term_len": 4, "top_k": 30}
+    # the objective is the validation users' score: the trial folders hold only val users
+    val_dirs = sorted(p.name for p in (tmp_path / "tune" / "val").iterdir())
+    assert len(val_dirs) == 4
+    for d in val_dirs:
+        users = {p.name for p in (tmp_path / "tune" / "val" / d / "episodes").iterdir()}
+        assert len(users) == 2
+    # the best trial on the test user, logged on the study's MLflow run
+    best = second.best[0]
+    assert second.test is not None and second.test["trial"] == best["number"]
+    assert second.test["users"] == 1
+    test_dir = tmp_path / "tune" / "test"
+    assert [p.name for p in test_dir.iterdir()] == [
+        f"awe-{best['update_freq']}-{best['short_term_len']}-{best['top_k']}"
+    ]
+    mlc = tracking.client(config.tracking_uri)
+    exp = mlc.get_experiment_by_name("unit-tune")
+    runs = mlc.search_runs([exp.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
+    assert parent.data.metrics["test_overall"] == pytest.approx(second.test["overall"])
+    assert parent.data.params["catalogue_sha256"] and parent.data.params["scorer_version"] == "1"
+    trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune-trial"]
+    assert len(trials) == 4 and all("val_overall" in r.data.metrics for r in trials)
+
+
+def test_the_grid_ends_when_every_setting_is_done(tmp_path, capsys):
+    from memloop.optimize.tune import format_outcome
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, outcome = tune(
+            tmp_path, fake, trials=5, update_freq=[2], short_term_len=[0, 4], top_k=[30]
+        )
+    assert outcome.added == 2 and outcome.exhausted
+    assert "the grid is exhausted" in format_outcome(outcome)
+
+
+def test_a_study_reopened_with_other_settings_is_refused(tmp_path, capsys):
+    from memloop.experiments.cli import main
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        tune(tmp_path, fake, trials=1)
+    capsys.readouterr()
+    path = write_config(
+        tmp_path,
+        environment={"procedural": {"users": 4, "seed": 2}, "val_users": 2, "test_users": 1},
+    )
+    assert main(["tune", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was made with other settings" in err[0]
+
+
+def test_pareto_front_and_plot(tmp_path):
+    from memloop.optimize import tracking
+    from memloop.optimize.tune import pareto_front
+
+    assert pareto_front([(0.5, 100), (0.4, 50), (0.3, 80), (0.5, 120), (0.6, 300)]) == [0, 1, 4]
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, outcome = tune(tmp_path, fake, minimize_tokens=True, trials=3)
+    assert outcome.pareto_plot is not None
+    from matplotlib.image import imread
+
+    assert imread(outcome.pareto_plot).shape[:2] == (440, 660)
+    mlc = tracking.client(config.tracking_uri)
+    exp = mlc.get_experiment_by_name("unit-tune")
+    (parent,) = [
+        r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags["memloop.kind"] == "tune"
+    ]
+    assert "pareto.png" in {a.path for a in mlc.list_artifacts(parent.info.run_id)}
+
+
+WORKER = """
+import sys, time
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.roles import RoleClients
+from memloop.optimize.config import TuneConfig, load_config
+from memloop.optimize.tune import run_tune, format_outcome
+from memloop.testing import scripted_builder
+from memloop.testing.policies import ScriptedPolicy
+delay = float(sys.argv[3])
+orig = ScriptedPolicy.respond
+def slow(self, msg):
+    time.sleep(delay)
+    return orig(self, msg)
+ScriptedPolicy.respond = slow
+config = load_config(sys.argv[1], TuneConfig)
+client = ChatClient(Endpoint(model="m", base_url=sys.argv[2]), cache=sys.argv[4])
+roles = RoleClients(client, client, client, client)
+print(format_outcome(run_tune(config, progress=False, clients=roles, builder=scripted_builder())))
+"""
+
+
+def worker(path: Path, url: str, delay: float, cache: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(path), url, str(delay), str(cache)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_two_worker_processes_share_one_study(tmp_path):
+    from memloop.optimize import tracking
+
+    path = write_config(tmp_path, trials=3)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        procs = [worker(path, fake.base_url, 0.05, tmp_path / f"c{i}.sqlite") for i in (0, 1)]
+        outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+    config = load_config(path, TuneConfig)
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 6, states
+    assert len(set(settings(study))) == 6  # the grid gave each worker different settings
+    mlc = tracking.client(config.tracking_uri)
+    exp = mlc.get_experiment_by_name("unit-tune")
+    runs = mlc.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
+    assert len(parents) == 1  # both workers logged under one study run
+    trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune-trial"]
+    assert len(trials) == 6
+
+
+def test_a_dead_workers_trial_is_found_by_its_heartbeat_and_retried(tmp_path):
+    path = write_config(tmp_path, trials=1)
+    config = load_config(path, TuneConfig)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        proc = worker(path, fake.base_url, 0.5, tmp_path / "c.sqlite")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait until its trial is running
+            try:
+                study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+                if any(t.state == optuna.trial.TrialState.RUNNING for t in study.trials):
+                    break
+            except Exception:  # the storage or the study does not exist yet
+                pass
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait()
+        study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+        assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]
+        time.sleep(2.5)  # past the grace period (2 x heartbeat_s)
+        again = worker(path, fake.base_url, 0.0, tmp_path / "c.sqlite")
+        out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-2000:]
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    states = [t.state for t in study.trials]
+    assert states[0] == optuna.trial.TrialState.FAIL
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 1
+    retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retried) == 1 and retried[0].params == study.trials[0].params
+    assert "1 retried after their worker died" in out
