@@ -95,7 +95,7 @@ def choices(outcome) -> dict:
 
 @pytest.mark.parametrize("search", ["episode", "period", "gepa"])
 def test_poisoned_test_users_change_no_selection(tmp_path, monkeypatch, search):
-    over = {"search": search}
+    over = {"search": search, "cycles": 2}
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         _, (clean,) = run(tmp_path / "clean", fake, **over)
         with monkeypatch.context() as m:
@@ -314,3 +314,16 @@ def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
     mlc = tracking.client(config.tracking_uri)
     logged = mlc.get_metric_history(o.run_id, "feedback_omitted_questions")
     assert logged[0].value == len(report.omitted)
+
+
+@pytest.mark.parametrize("search", ["episode", "period", "gepa"])
+def test_every_search_resumes_without_a_request_and_yields_the_same_records(tmp_path, search):
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        _, (first,) = run(tmp_path, fake, search=search, cycles=2)
+        sent = len(fake.requests)
+        _, (again,) = run(tmp_path, fake, search=search, cycles=2)
+        assert len(fake.requests) == sent
+    assert again.run_id == first.run_id and again.resumed
+    assert [c.model_dump() for c in again.cycles] == [c.model_dump() for c in first.cycles]
+    assert [c.cycle for c in first.cycles] == list(range(len(first.cycles)))
+    assert all(set(c.splits) == {"train", "val", "test"} for c in first.cycles)
