@@ -225,3 +225,24 @@ def test_a_dead_workers_trial_is_found_by_its_heartbeat_and_retried(tmp_path):
     retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == 0]
     assert len(retried) == 1 and retried[0].params == study.trials[0].params
     assert "1 retried after their worker died" in out
+
+
+@pytest.mark.parametrize(
+    ("environment", "needle"),
+    [
+        (
+            {"procedural": {"users": 2}, "val_users": 2, "test_users": 1},
+            "val_users 2 + test_users 1 = 3 users, but the environment has 2",
+        ),
+        ({"procedural": {"users": 4}, "train_users": 1, "val_users": 2}, "tuning trains nothing"),
+        ({"procedural": {"users": 4}, "val_users": 0}, "tuning needs validation users"),
+    ],
+)
+def test_bad_tuning_splits_are_one_line_with_nothing_written(tmp_path, capsys, environment, needle):
+    from memloop.experiments.cli import main
+
+    path = write_config(tmp_path, environment=environment)
+    assert main(["tune", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and str(path) in err[0], err
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "tune").exists()

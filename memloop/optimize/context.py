@@ -58,14 +58,17 @@ def role_clients(endpoints: Any) -> RoleClients:
     )
 
 
-def split_users(items: list[UserItem], spec: EnvSpec) -> dict[str, list[UserItem]]:
+def split_users(
+    items: list[UserItem], spec: EnvSpec, source: str | None = None
+) -> dict[str, list[UserItem]]:
     """{split: users}: the environment's users in order, train then val then test."""
     sizes = spec.sizes()
     need = sum(sizes.values())
     if len(items) < need:
         asked = " + ".join(f"{k}_users {v}" for k, v in sizes.items())
         raise UserError(
-            f"environment: {asked} = {need} users, but the environment has {len(items)}"
+            f"{source or 'config'}: key 'environment': {asked} = {need} users, but the "
+            f"environment has {len(items)}"
         )
     out, start = {}, 0
     for split in SPLITS:
@@ -125,7 +128,7 @@ class RunContext:
         self.policy_config = load_policy_config(config.policy)
         self._build_policy = builder or build_policy
         items, self.env_desc = load_environment(config.environment)
-        self.users = split_users(items, config.environment)
+        self.users = split_users(items, config.environment, config.source)
         self.clients = clients or role_clients(config.endpoints)
         probe = self._build_policy(self.policy_config, self.clients.agent, None)
         try:
@@ -276,7 +279,7 @@ class RunContext:
         atomic_write_json(
             self.run_dir / "run.json", {"run_id": run_id, "key": self.key, "name": self.name}
         )
-        versions: dict[int, int] = {}
+        versions: dict[int, int | None] = {}
         try:
             for record in cycles:
                 versions[record.cycle] = self.log_cycle(mlc, run_id, record)
@@ -289,13 +292,18 @@ class RunContext:
         tracking.finish_run(mlc, run_id)
         return outcome
 
-    def log_cycle(self, mlc: Any, run_id: str, record: CycleRecord) -> int:
-        """Metrics, artifacts and the registry version of one cycle; returns the version."""
+    def log_cycle(self, mlc: Any, run_id: str, record: CycleRecord) -> int | None:
+        """Metrics, artifacts and the registry version of one cycle.
+
+        Returns the version, or None when the search recorded no prompts for the cycle.
+        """
         k = record.cycle
         tracking.log_metrics(mlc, run_id, record.metrics(), step=k)
         for folder, text in self.store.artifacts(k).items():
             tracking.log_text(mlc, run_id, text, f"{folder}/cycle_{k:02d}.json")
-        prompts = self.store.prompts(k, self.initial_prompts)
+        prompts = self.store.saved_prompts(k)
+        if prompts is None:
+            return None
         return tracking.register_prompt(
             mlc,
             self.prompt_registry_name,
@@ -306,14 +314,15 @@ class RunContext:
         )
 
     def log_selection(
-        self, mlc: Any, run_id: str, outcome: RunOutcome, versions: dict[int, int]
+        self, mlc: Any, run_id: str, outcome: RunOutcome, versions: dict[int, int | None]
     ) -> None:
         """The selected cycle: alias `best`, and `selected_cycle` / `headline_*` metrics."""
         chosen = outcome.selection
         if chosen is None:
             return
-        if self.initial_prompts:
-            tracking.set_best(mlc, self.prompt_registry_name, versions[chosen.cycle])
+        version = versions.get(chosen.cycle)
+        if self.initial_prompts and version is not None:
+            tracking.set_best(mlc, self.prompt_registry_name, version)
         record = outcome.cycles[chosen.cycle]
         step = len(outcome.cycles) - 1
         metrics: dict[str, float | None] = {"selected_cycle": float(chosen.cycle)}

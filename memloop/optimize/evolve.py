@@ -56,7 +56,7 @@ def run_evolve(
     """
     chosen = conditions(config)
     items, _ = load_environment(config.environment)
-    users = split_users(items, config.environment)
+    users = split_users(items, config.environment, config.source)
     for _, _, search in chosen:
         if search.needs_val and not users["val"]:
             from memloop.core.errors import UserError

@@ -37,6 +37,11 @@ class CycleStore:
         atomic_write_json(path, proposed)
         return dict(proposed)
 
+    def saved_prompts(self, k: int) -> dict[str, str] | None:
+        """Cycle k's fixed prompts, or None when the search did not record any."""
+        path = self.cycle_dir(k) / "prompts.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
     def record(self, k: int) -> CycleRecord | None:
         path = self.cycle_dir(k) / "cycle.json"
         return CycleRecord.model_validate_json(path.read_text()) if path.is_file() else None

@@ -151,7 +151,7 @@ class Tuner:
                 "(type: awe); tuning covers AWE's update_freq, short_term_len and top_k"
             )
         items, self.env_desc = load_environment(config.environment)
-        self.users = split_users(items, config.environment)
+        self.users = split_users(items, config.environment, config.source)
         self.clients = clients or role_clients(config.endpoints)
         self.builder = builder
         self.added = 0  # trials this invocation finished (other workers add theirs)
