@@ -176,7 +176,8 @@ def worker(path: Path, url: str, delay: float, cache: Path) -> subprocess.Popen:
 def test_two_worker_processes_share_one_study(tmp_path):
     from memloop.optimize import tracking
 
-    path = write_config(tmp_path, trials=3)
+    # heartbeats every 5 s: on a loaded 2-core machine a live worker is never taken for dead
+    path = write_config(tmp_path, trials=3, heartbeat_s=5)
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         procs = [worker(path, fake.base_url, 0.05, tmp_path / f"c{i}.sqlite") for i in (0, 1)]
         outs = [p.communicate(timeout=300) for p in procs]

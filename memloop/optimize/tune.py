@@ -58,13 +58,28 @@ def _storage(config: TuneConfig):
     """
     import optuna
 
+    lock = None
     if config.storage.startswith("sqlite:///"):
-        Path(config.storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(
+        path = Path(config.storage[len("sqlite:///") :])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = Path(f"{path}.lock")
+
+    class Storage(optuna.storages.RDBStorage):
+        """Claims of waiting trials under a file lock.
+
+        sqlite has no SELECT ... FOR UPDATE, so two workers could both claim one waiting
+        (enqueued or retried) trial.
+        """
+
+        def set_trial_state_values(self, trial_id, state, values=None):
+            if lock is None or state != optuna.trial.TrialState.RUNNING:
+                return super().set_trial_state_values(trial_id, state, values)
+            with file_lock(lock):
+                return super().set_trial_state_values(trial_id, state, values)
+
+    return Storage(
         config.storage,
-        engine_kwargs={"connect_args": {"timeout": 60}}
-        if config.storage.startswith("sqlite")
-        else None,
+        engine_kwargs={"connect_args": {"timeout": 60}} if lock else None,
         heartbeat_interval=config.heartbeat_s,
         grace_period=2 * config.heartbeat_s,
         heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
