@@ -98,6 +98,21 @@ def safe_name(text: str) -> str:
     return f"{cleaned[:80]}-{tag}"
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (its folder created), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = Path(uri[len("sqlite:///") :])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def store_lock(uri: str) -> contextlib.AbstractContextManager[Any]:
+    """An inter-process lock beside a sqlite store (``<file>.lock``); a no-op for other URIs."""
+    path = sqlite_file(uri)
+    return file_lock(f"{path}.lock") if path is not None else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def file_lock(path: str | Path) -> Iterator[None]:
     """An exclusive lock between processes (and threads) on `path` (created if missing).

@@ -48,10 +48,7 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MemoryScoreUndefined)
         total = score(questions)
-    usage: dict[str, int] = {}
-    for rec in period_records:
-        for component, row in rec.usage.items():
-            usage[component] = usage.get(component, 0) + row.get("total_tokens", 0)
+    usage = _usage(period_records)
     per_period = []
     for p, s in score_by_period(questions).items():
         per_period.append(
@@ -84,6 +81,15 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         "usage": dict(sorted(usage.items())),
     }
     return metrics, [str(w.message) for w in caught]
+
+
+def _usage(period_records: Iterable[PeriodRecord]) -> dict[str, int]:
+    """Tokens per component summed over `period_records`."""
+    usage: dict[str, int] = {}
+    for rec in period_records:
+        for component, row in rec.usage.items():
+            usage[component] = usage.get(component, 0) + row.get("total_tokens", 0)
+    return usage
 
 
 def _per_user(
@@ -119,11 +125,7 @@ def period_metrics(history: list[PeriodRecord], period: int) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MemoryScoreUndefined)
         s = score(mine, lookup)
-    usage: dict[str, int] = {}
-    for rec in history:
-        if rec.period == period:
-            for component, row in rec.usage.items():
-                usage[component] = usage.get(component, 0) + row.get("total_tokens", 0)
+    usage = _usage(rec for rec in history if rec.period == period)
     return {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in mine}),

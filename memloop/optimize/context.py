@@ -77,6 +77,24 @@ def split_users(
     return out
 
 
+def sim_config(config: Any) -> SimulatorConfig:
+    """The user simulator's rounds of an evolve or tune config."""
+    return SimulatorConfig(rounds_init=config.rounds.init, rounds_update=config.rounds.update)
+
+
+def evaluation_options(config: Any, clients: RoleClients, progress: bool) -> dict[str, Any]:
+    """run_evaluation's keyword arguments for an evolve or tune config."""
+    return dict(
+        agent_client=clients.agent,
+        sim_client=clients.user_sim,
+        checker_client=clients.checker,
+        sim_config=sim_config(config),
+        periods=config.environment.periods,
+        max_users_in_parallel=config.parallel_users,
+        progress=progress,
+    )
+
+
 # ---------------------------------------------------------------- outcome
 
 
@@ -116,6 +134,7 @@ class RunContext:
         clients: RoleClients | None = None,
         progress: bool = True,
         builder: Any = None,
+        environment: tuple[list[UserItem], dict[str, Any]] | None = None,
     ):
         from memloop.policies import build_policy, load_policy_config
 
@@ -127,7 +146,8 @@ class RunContext:
         self.progress = progress
         self.policy_config = load_policy_config(config.policy)
         self._build_policy = builder or build_policy
-        items, self.env_desc = load_environment(config.environment)
+        # (items, description) as load_environment gives them, when the caller has them already
+        items, self.env_desc = environment or load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
         self.clients = clients or role_clients(config.endpoints)
         probe = self._build_policy(self.policy_config, self.clients.agent, None)
@@ -205,19 +225,10 @@ class RunContext:
         return make
 
     def sim_config(self) -> SimulatorConfig:
-        rounds = self.config.rounds
-        return SimulatorConfig(rounds_init=rounds.init, rounds_update=rounds.update)
+        return sim_config(self.config)
 
     def _eval_options(self) -> dict[str, Any]:
-        return dict(
-            agent_client=self.clients.agent,
-            sim_client=self.clients.user_sim,
-            checker_client=self.clients.checker,
-            sim_config=self.sim_config(),
-            periods=self.config.environment.periods,
-            max_users_in_parallel=self.config.parallel_users,
-            progress=self.progress,
-        )
+        return evaluation_options(self.config, self.clients, self.progress)
 
     def evaluate(
         self, items: list[UserItem], prompts: dict[str, str], out: Path

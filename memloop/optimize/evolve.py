@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memloop.core.errors import UserError
 from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig
 from memloop.optimize.context import (
@@ -25,21 +26,15 @@ def conditions(config: EvolveConfig) -> list[tuple[str, str, Search]]:
     """(feedback mode, evolver, search) of every run of `config`."""
     search = get_search(config.search)
     if search.evolves_itself and "evolvers" in config.model_fields_set:
-        raise_evolvers(config, search)
+        raise UserError(
+            f"{config.source or 'config'}: key 'evolvers': search {search.name} evolves the "
+            "prompts itself; drop the evolvers key"
+        )
     out = []
     for mode, evolver in config.conditions(evolves_itself=search.evolves_itself):
         chosen = get_search("episode") if search.evolves_itself and evolver == "none" else search
         out.append((mode, evolver, chosen))
     return out
-
-
-def raise_evolvers(config: EvolveConfig, search: Search) -> None:
-    from memloop.core.errors import UserError
-
-    raise UserError(
-        f"{config.source or 'config'}: key 'evolvers': search {search.name} evolves the "
-        "prompts itself; drop the evolvers key"
-    )
 
 
 def run_evolve(
@@ -55,12 +50,10 @@ def run_evolve(
     validation users without any) is refused before a client starts or a file is written.
     """
     chosen = conditions(config)
-    items, _ = load_environment(config.environment)
-    users = split_users(items, config.environment, config.source)
+    environment = load_environment(config.environment)  # once, for every condition
+    users = split_users(environment[0], config.environment, config.source)
     for _, _, search in chosen:
         if search.needs_val and not users["val"]:
-            from memloop.core.errors import UserError
-
             raise UserError(
                 f"{config.source or 'config'}: key 'environment.val_users': search "
                 f"{search.name} selects on validation users; set val_users to at least 1"
@@ -77,6 +70,7 @@ def run_evolve(
                 clients=clients,
                 progress=progress,
                 builder=builder,
+                environment=environment,
             ),
             search,
         )

@@ -7,10 +7,6 @@ from typing import Any
 from memloop.core.tables import format_table
 
 
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
 def print_outcomes(config: Any, outcomes: list[Any]) -> None:
     print(f"\nexperiment {config.experiment_name} (MLflow: {config.tracking_uri})")
     rows = []
@@ -22,9 +18,9 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
                     o.mode,
                     o.evolver,
                     f"{c.cycle}{'*' if c.cycle == chosen else ''}",
-                    *(_num(c.score(s)) for s in ("train", "val", "test")),
-                    _num(c.score("test", "factual_recall")),
-                    *(_num(c.score("test", k)) for k in ("write", "read", "utilization")),
+                    *(c.score(s) for s in ("train", "val", "test")),
+                    c.score("test", "factual_recall"),
+                    *(c.score("test", k) for k in ("write", "read", "utilization")),
                 ]
             )
     headers = ["feedback", "evolver", "cycle", "train", "val", "test", "test recall"]

@@ -9,10 +9,9 @@ the best one.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
-from memloop.core.files import file_lock, safe_name
+from memloop.core.files import safe_name, sqlite_file, store_lock
 from memloop.core.settings import apply_offline_defaults
 
 RUN_KEY_TAG = "memloop.run_key"
@@ -38,10 +37,8 @@ def client(tracking_uri: str):
     two processes starting on a fresh store would otherwise both run MLflow's migrations.
     """
     mlflow = _mlflow()
-    if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(tracking_uri)  # the prompt registry API reads the global URI
-    with _uri_lock(tracking_uri):
+    with store_lock(tracking_uri):
         mlc = mlflow.MlflowClient(tracking_uri=tracking_uri)
         mlc.search_experiments(max_results=1)
     return mlc
@@ -52,9 +49,9 @@ def experiment_id(mlc, name: str, tracking_uri: str) -> str:
     if exp is not None:
         return exp.experiment_id
     location = None
-    if tracking_uri.startswith("sqlite:///"):
-        root = Path(tracking_uri[len("sqlite:///") :]).parent.resolve()
-        location = (root / "artifacts" / safe_name(name)).as_uri()
+    db = sqlite_file(tracking_uri)
+    if db is not None:
+        location = (db.parent.resolve() / "artifacts" / safe_name(name)).as_uri()
     return mlc.create_experiment(name, artifact_location=location)
 
 
@@ -72,7 +69,7 @@ def open_run(
     Looking up and creating happen under one lock shared by every process using the store (a
     file lock beside a sqlite store), so two workers never create the same run twice.
     """
-    with _lock, _store_lock(mlc):
+    with _lock, store_lock(str(getattr(mlc, "tracking_uri", ""))):
         found = mlc.search_runs(
             [exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1
         )
@@ -93,19 +90,6 @@ def open_run(
     for i in range(0, len(items), 100):
         mlc.log_batch(run_id, params=items[i : i + 100])
     return run_id, False
-
-
-def _store_lock(mlc: Any):
-    """A file lock beside a sqlite tracking store; no lock (a no-op) for other stores."""
-    return _uri_lock(str(getattr(mlc, "tracking_uri", "")))
-
-
-def _uri_lock(uri: str):
-    import contextlib
-
-    if uri.startswith("sqlite:///"):
-        return file_lock(Path(uri[len("sqlite:///") :] + ".lock"))
-    return contextlib.nullcontext()
 
 
 def finish_run(mlc, run_id: str, status: str = "FINISHED") -> None:

@@ -17,20 +17,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, file_lock, json_sha256
+from memloop.core.files import atomic_write_json, json_sha256, sqlite_file, store_lock
 from memloop.core.tables import format_table
 from memloop.environment.catalogue import catalogue_sha256
 from memloop.optimize import tracking
 from memloop.optimize.config import TuneConfig
-from memloop.optimize.context import load_environment, role_clients, split_users
+from memloop.optimize.context import (
+    evaluation_options,
+    load_environment,
+    role_clients,
+    split_users,
+)
 
 PARAMS = ("update_freq", "short_term_len", "top_k")
 IDENTITY_ATTR = "memloop.identity"
@@ -58,11 +61,7 @@ def _storage(config: TuneConfig):
     """
     import optuna
 
-    lock = None
-    if config.storage.startswith("sqlite:///"):
-        path = Path(config.storage[len("sqlite:///") :])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = Path(f"{path}.lock")
+    sqlite = sqlite_file(config.storage) is not None
 
     class Storage(optuna.storages.RDBStorage):
         """Claims of waiting trials under a file lock.
@@ -72,14 +71,14 @@ def _storage(config: TuneConfig):
         """
 
         def set_trial_state_values(self, trial_id, state, values=None):
-            if lock is None or state != optuna.trial.TrialState.RUNNING:
+            if not sqlite or state != optuna.trial.TrialState.RUNNING:
                 return super().set_trial_state_values(trial_id, state, values)
-            with file_lock(lock):
+            with store_lock(config.storage):
                 return super().set_trial_state_values(trial_id, state, values)
 
     return Storage(
         config.storage,
-        engine_kwargs={"connect_args": {"timeout": 60}} if lock else None,
+        engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else None,
         heartbeat_interval=config.heartbeat_s,
         grace_period=2 * config.heartbeat_s,
         heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
@@ -102,12 +101,7 @@ def open_study(config: TuneConfig, identity: dict[str, Any]):
     import optuna
 
     directions = ["maximize", "minimize"] if config.minimize_tokens else ["maximize"]
-    lock = (
-        file_lock(config.storage[len("sqlite:///") :] + ".lock")
-        if config.storage.startswith("sqlite:///")
-        else contextlib.nullcontext()
-    )
-    with lock:  # two workers on a fresh sqlite file would both create its tables
+    with store_lock(config.storage):  # two workers on a fresh sqlite file would both create it
         study = optuna.create_study(
             study_name=config.study_name,
             storage=_storage(config),
@@ -131,13 +125,6 @@ def open_study(config: TuneConfig, identity: dict[str, Any]):
         )
     study.sampler = make_sampler(config, len(study.trials))
     return study
-
-
-def _policy_factory(policy_config: Any) -> Callable[[str, Path, Any], Any]:
-    """A policy factory for one trial's `policy_config` (bound now, not when it is called)."""
-    from memloop.policies import build_policy
-
-    return lambda uid, wd, c: build_policy(policy_config, c, wd)
 
 
 def _folder(params: dict[str, int]) -> str:
@@ -186,29 +173,16 @@ class Tuner:
         }
 
     def evaluate(self, split: str, params: dict[str, int]):
-        from memloop.environment.simulator import SimulatorConfig
         from memloop.feedback.evaluate import run_evaluation
+        from memloop.policies import build_policy
 
-        config = self.config
         policy_config = self.base.model_copy(update={**params, "name": None})
-        factory = (
-            _policy_factory(policy_config)
-            if self.builder is None
-            else (lambda uid, wd, c, pc=policy_config: self.builder(pc, c, wd))
-        )
+        build = self.builder or build_policy
         return run_evaluation(
             self.users[split],
-            factory,
-            config.output_root / split / _folder(params),
-            agent_client=self.clients.agent,
-            sim_client=self.clients.user_sim,
-            checker_client=self.clients.checker,
-            sim_config=SimulatorConfig(
-                rounds_init=config.rounds.init, rounds_update=config.rounds.update
-            ),
-            periods=config.environment.periods,
-            max_users_in_parallel=config.parallel_users,
-            progress=self.progress,
+            lambda uid, wd, c: build(policy_config, c, wd),
+            self.config.output_root / split / _folder(params),
+            **evaluation_options(self.config, self.clients, self.progress),
         )
 
     def run(self) -> TuneOutcome:

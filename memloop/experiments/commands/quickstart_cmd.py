@@ -10,7 +10,7 @@ import argparse
 import time
 from pathlib import Path
 
-from memloop.core.tables import format_table
+from memloop.core.tables import format_number, format_table
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
 
@@ -96,7 +96,7 @@ def per_cycle_table(rows) -> str:
     cycles = max((r.cycles for r in rows), default=0)
 
     def cell(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.2f}"
+        return format_number(value, 2)
 
     cells = [
         [r.feedback_mode]
