@@ -2,7 +2,11 @@
 
 For every policy (native, AWI, AWE, RAG) this runs `memloop eval` on the same procedural
 environment and the same endpoint, then reports:
-- the metrics (overall, random, upper bound, memory score, write/read/utilization, factual recall);
+- the metrics (state accuracy and its chance level, overall, random, no-memory control, memory
+  gain, upper bound, memory score, format/write/read/utilization, factual recall on the written
+  memory);
+- each policy paired with the baseline policy (--baseline, default native) on the same users:
+  the mean per-user difference with a studentized bootstrap 95% interval (core.stats.mean_ci);
 - tokens and seconds per period (mean over users), split by component: the conversation
   (user_sim + agent replies + memory writes) and the probes after the period (probe + checker);
 - model calls per user, next to what the published AMemGym code would make for the same sizes
@@ -28,6 +32,18 @@ sys.path.insert(0, str(ROOT))
 
 POLICIES = ("awi", "rag", "awe", "native")  # cheapest first
 CONVERSATION = ("user_sim", "agent", "memory")
+METRICS = (
+    "state_accuracy",
+    "state_chance",
+    "overall",
+    "random",
+    "no_memory",
+    "memory_gain",
+    "upper_bound",
+    "memory_score",
+    "factual_recall",
+)
+PAIRED = ("state_accuracy", "memory_gain", "memory_score", "factual_recall")
 PROBES = ("probe", "checker")
 
 
@@ -43,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds-update", type=int, default=2)
     p.add_argument("--parallel-users", type=int, default=3)
     p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--baseline", default="native", help="the policy the others are paired with")
     p.add_argument(
         "--reply-max-tokens",
         type=int,
@@ -178,15 +195,14 @@ def main(argv: list[str] | None = None) -> int:
                 calls[comp] = calls.get(comp, 0) + usage_calls(rec["usage"], comp)
         users = len({r["user_id"] for r in records})
         report["policies"][name] = {
-            "metrics": {
-                k: metrics.get(k)
-                for k in ("overall", "random", "upper_bound", "memory_score", "factual_recall")
-            },
+            "metrics": {k: metrics.get(k) for k in METRICS},
+            "per_user": metrics.get("per_user", {}),
             "diagnosis": metrics.get("diagnosis"),
             "per_period": per_period,
             "calls_per_user": {k: round(v / users, 1) for k, v in sorted(calls.items())},
             "total_seconds": round(sum(r["seconds"] for r in records), 1),
         }
+    report["paired"] = paired(report, args.baseline)
     report["published_calls_per_user_without_writes"] = published_calls(
         items, args.rounds_init, args.rounds_update
     )
@@ -194,6 +210,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def paired(report: dict, baseline: str) -> dict:
+    """{policy: {metric: {n, diff, ci}}}: policy - baseline per user, on the users both have."""
+    from memloop.core.stats import mean_ci, paired_differences
+
+    policies = report["policies"]
+    if baseline not in policies:
+        return {}
+
+    def values(name: str, metric: str) -> dict[str, float]:
+        return {
+            u: row[metric]
+            for u, row in policies[name]["per_user"].items()
+            if row.get(metric) is not None
+        }
+
+    out = {}
+    for name in policies:
+        if name == baseline:
+            continue
+        out[name] = {}
+        for metric in PAIRED:
+            diffs = list(
+                paired_differences(values(name, metric), values(baseline, metric)).values()
+            )
+            out[name][metric] = {
+                "n": len(diffs),
+                "diff": sum(diffs) / len(diffs) if diffs else None,
+                "ci": mean_ci(diffs),
+            }
+    return {"baseline": baseline, "policies": out}
 
 
 def fmt(v) -> str:
@@ -204,20 +252,37 @@ def render(report: dict) -> str:
     lines = [
         f"sizes {report['sizes']}, endpoint {report['endpoint']}",
         "",
-        "| policy | overall | random | UB | memory score | write | read | utilization "
-        "| factual recall |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| policy | " + " | ".join(METRICS) + " | format | write | read | utilization |",
+        "|---|" + "---|" * (len(METRICS) + 4),
     ]
     for name, r in report["policies"].items():
         m, d = r["metrics"], r["diagnosis"] or {}
         lines.append(
             f"| {name} | "
-            + " | ".join(fmt(m[k]) for k in ("overall", "random", "upper_bound", "memory_score"))
+            + " | ".join(fmt(m[k]) for k in METRICS)
             + " | "
-            + " | ".join(fmt(d.get(k)) for k in ("write", "read", "utilization"))
-            + f" | "
-            f"{fmt(m['factual_recall'])} |"
+            + " | ".join(fmt(d.get(k)) for k in ("format", "write", "read", "utilization"))
+            + " |"
         )
+    pair = report.get("paired") or {}
+    if pair:
+        lines += [
+            "",
+            f"paired with {pair['baseline']} on the same users: mean per-user difference "
+            "[studentized bootstrap 95% interval], n users",
+            "",
+            "| policy | " + " | ".join(f"diff {m}" for m in PAIRED) + " |",
+            "|---|" + "---|" * len(PAIRED),
+        ]
+        for name, row in pair["policies"].items():
+            cells = []
+            for metric in PAIRED:
+                c = row[metric]
+                text = "n/a" if c["diff"] is None else f"{c['diff']:+.3f}"
+                if c["ci"]:
+                    text += f" [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
+                cells.append(f"{text} (n={c['n']})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "per period, mean over users: seconds / conversation tokens (of which memory "

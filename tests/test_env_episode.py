@@ -67,6 +67,36 @@ def test_on_policy_episode_structure(tmp_path, item):
     assert (period_dir(tmp_path / "u", 3) / "policy" / "scripted.json").is_file()
 
 
+class NumberedReplies(ScriptedPolicy):
+    """Every reply unique, so the test can find it in the simulator's requests."""
+
+    def respond(self, user_message: str) -> str:
+        super().respond(user_message)
+        return f"assistant reply number {self.respond_calls} (zebra-{self.respond_calls * 7919})"
+
+
+def test_assistant_reply_reaches_the_simulators_next_request(tmp_path, item):
+    """The on-policy property: the user's follow-up is generated from what the assistant said."""
+    import json
+
+    with FakeOpenAIServer(reply="Go on.") as fake:
+        sim = UserSimulator(
+            fake_client(fake, tmp_path), SimulatorConfig(rounds_init=1, rounds_update=2)
+        )
+        policy = NumberedReplies()
+        result = EpisodeRunner(item, policy, tmp_path / "u", simulator=sim, periods=3).run()
+        requests = [json.dumps(body["messages"]) for body in fake.requests]
+    # each 2-round session: the first reply precedes exactly one simulator request, in order
+    followed = [log.messages[1]["content"] for rec in result.records[1:] for log in rec.sessions]
+    assert len(followed) == len(requests) > 0
+    for reply, request in zip(followed, requests, strict=True):
+        assert json.dumps(reply)[1:-1] in request
+    # and no request sees a reply the assistant had not given yet
+    for i, request in enumerate(requests):
+        later = [r for r in followed[i + 1 :] if json.dumps(r)[1:-1] in request]
+        assert later == []
+
+
 def test_simulator_prompt_hides_non_exposed_variables(tmp_path, item):
     with FakeOpenAIServer(reply="ok") as fake:
         sim = UserSimulator(fake_client(fake, tmp_path))

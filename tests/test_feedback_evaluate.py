@@ -55,8 +55,11 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
         assert key in m
     assert m["users"] == 2 and m["periods"] == 3 and m["questions"] == 2 * 3 * 3
     d = m["diagnosis"]
-    assert d["write"] + d["read"] + d["utilization"] == pytest.approx(1 - m["overall"])
+    assert d["format"] + d["write"] + d["read"] + d["utilization"] == pytest.approx(
+        1 - m["overall"]
+    )
     assert m["json_errors"] > 0
+    assert d["format"] == pytest.approx(m["json_errors"] / m["questions"])
     assert m["factual_recall"] == 1.0  # the fake checker supports everything (memory non-empty)
     assert set(m["usage"]) >= {"probe", "checker"}
     rows = [
@@ -66,10 +69,25 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
     assert all(r["chosen_index"] in (0, None) for r in rows)
     assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(m["overall"])
     assert all(r["ub_chosen_index"] == 1 for r in rows)
+    # the no-memory control: the same fake LLM, so also option 2 every time
+    assert all(r["nm_chosen_index"] == 1 for r in rows)
+    no_memory = sum(r["gold_index"] == 1 for r in rows) / len(rows)
+    assert m["no_memory"] == pytest.approx(no_memory)
+    assert m["memory_gain"] == pytest.approx(m["overall"] - no_memory)
+    pairs = [(r, v) for r in rows for v in r["required_info"]]
+    right = sum(r["state_answers"][v] == r["true_values"][v] for r, v in pairs)
+    assert m["state_pairs"] == len(pairs)
+    assert m["state_accuracy"] == pytest.approx(right / len(pairs))
+    chance = sum(1 / r["state_choices"][v] for r, v in pairs) / len(pairs)
+    assert m["state_chance"] == pytest.approx(chance)
+    ratio = (sum(r["correct"] for r in rows) - sum(1 / len(r["choices"]) for r in rows)) / (
+        sum(r["ub_correct"] for r in rows) - sum(1 / len(r["choices"]) for r in rows)
+    )
+    assert m["memory_score"] == pytest.approx(ratio)
     assert (tmp_path / "out" / "per_period.png").stat().st_size > 5000
     for p in m["per_period"]:
         pd = p["diagnosis"]
-        assert pd["write"] + pd["read"] + pd["utilization"] == pytest.approx(1 - p["overall"])
+        assert sum(pd.values()) == pytest.approx(1 - p["overall"])
 
 
 def test_eval_roles_default_to_the_assistants_endpoint(tmp_path, monkeypatch):

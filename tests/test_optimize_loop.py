@@ -91,7 +91,7 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
         assert logged == [c.cycle for c in o.cycles if c.score(split) is not None]
     assert not mlc.get_metric_history(o.run_id, "memory_score")  # no unprefixed names
     logged_run = mlc.get_run(o.run_id)
-    assert logged_run.data.params["scorer_version"] == "1"
+    assert logged_run.data.params["scorer_version"] == "2"
     assert len(logged_run.data.params["catalogue_sha256"]) == 64
     assert logged_run.data.params["splits.test_users"] == "1"
     assert logged_run.data.params["search_spec.name"] == search
@@ -188,7 +188,7 @@ def test_shipped_experiment_files_parse():
 
 def test_compare_table_and_prompt_diff(tmp_path, capsys):
     from memloop.experiments.cli import main
-    from memloop.optimize.compare import bootstrap_ci, compare
+    from memloop.optimize.compare import compare
 
     with FakeOpenAIServer(reply=fake_reply) as fake:
         config, outcomes = run(
@@ -221,8 +221,21 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
             if first[u]["memory_score"] is not None and chosen[u]["memory_score"] is not None
         ]
         assert r.delta == (pytest.approx(sum(pairs) / len(pairs)) if pairs else None)
-    assert "paired diff" in result["table"] and "complete" in result["table"]
-    assert "only 2 users per cell: the intervals are wide" in result["table"]
+    base, evolved = result["rows"]
+    assert not base.vs_baseline  # the run without evolution is the baseline
+    for metric in ("memory_score", "state_accuracy", "memory_gain"):
+        expected = {
+            u: evolved.per_user[metric][u] - base.per_user[metric][u]
+            for u in set(evolved.per_user[metric]) & set(base.per_user[metric])
+        }
+        paired = evolved.vs_baseline[metric]
+        assert paired.n == len(expected)
+        if expected:
+            assert paired.diff == pytest.approx(sum(expected.values()) / len(expected))
+        else:
+            assert paired.diff is None
+    assert "paired with the baseline none/none on the same users" in result["table"]
+    assert "only 2 users per condition (fewer than 10): the intervals are wide" in result["table"]
     assert (
         main(
             [
@@ -258,11 +271,8 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
     )
     from matplotlib.image import imread
 
-    assert imread(plot).shape[:2] == (418, 1100)
+    assert imread(plot).shape[:2] == (418, 1540)
     assert main(["compare", "--experiment", "nope", "--tracking-uri", config.tracking_uri]) == 2
-    lo, hi = bootstrap_ci([0.1, 0.5, 0.9, 0.3])
-    assert 0.1 <= lo <= 0.45 <= hi <= 0.9
-    assert bootstrap_ci([0.5]) is None
 
 
 def split(memory_score, users=None):
@@ -325,6 +335,58 @@ def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
     assert "-a" in result["diff"] and "+b" in result["diff"]  # cycle 0 -> selected cycle 1
     (hist,) = run_histories(result["rows"])
     assert [c["memory_score"] for c in hist.cycles] == pytest.approx([0.2, 0.4, 0.9])
+
+
+def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path):
+    import json as _json
+
+    from memloop.core.stats import mean_ci
+    from memloop.optimize import tracking
+    from memloop.optimize.compare import compare
+    from memloop.optimize.cycles import CycleRecord
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlc = tracking.client(uri)
+    exp = tracking.experiment_id(mlc, "paired", uri)
+    base_users = {f"u{i}": 0.1 * i for i in range(6)}
+    evolved_users = {f"u{i}": 0.1 * i + (0.2 if i % 2 else 0.05) for i in range(5)}  # no u5
+
+    def log_run(key, mode, evolver, users, *, old=False):
+        rid, _ = tracking.open_run(
+            mlc,
+            exp,
+            key,
+            key,
+            {"a": 1},
+            tags={"memloop.feedback_mode": mode, "memloop.evolver": evolver},
+        )
+        record = CycleRecord(cycle=0, splits={"test": split(0.3, users)})
+        data = _json.loads(record.model_dump_json())
+        if old:  # a cycle written before scorer versions were recorded
+            data.pop("scorer_version")
+        tracking.log_text(mlc, rid, _json.dumps(data), "cycle/cycle_00.json")
+        tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
+
+    log_run("base", "none", "none", base_users)
+    log_run("evolved", "complete", "reflective", evolved_users, old=True)
+    result = compare(uri, "paired")
+    base, evolved = result["rows"]
+    diffs = [evolved_users[u] - base_users[u] for u in sorted(evolved_users)]
+    paired = evolved.vs_baseline["memory_score"]
+    assert paired.n == 5
+    assert paired.diff == pytest.approx(sum(diffs) / 5)  # 3 x .05 + 2 x .2 over 5 = .11
+    assert paired.diff == pytest.approx(0.11)
+    assert paired.ci == mean_ci(diffs)
+    assert paired.ci[0] < paired.diff < paired.ci[1]
+    assert evolved.scorer_version == "1" and base.scorer_version != "1"
+    assert "scored with the older scorer version 1" in result["table"]
+    assert "+0.110 [" in result["table"]
+    # another baseline by name; an unknown one is refused in one line
+    assert not compare(uri, "paired", baseline="evolved")["rows"][1].vs_baseline
+    from memloop.core.errors import UserError
+
+    with pytest.raises(UserError, match="no baseline run 'nope'"):
+        compare(uri, "paired", baseline="nope")
 
 
 KILL_SCRIPT = """

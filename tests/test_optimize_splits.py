@@ -233,13 +233,14 @@ def test_period_metrics_keep_a_read_failure_a_read_failure():
         period_record(1, question(1, believed="porto", chosen=1)),
     ]
     m = period_metrics(history, 1)
-    assert m["diagnosis"] == {"write": 0.0, "read": 1.0, "utilization": 0.0}
+    assert m["diagnosis"] == {"format": 0.0, "write": 0.0, "read": 1.0, "utilization": 0.0}
     assert m["overall"] == 0.0 and m["users"] == 1 and m["questions"] == 1
     # what the period cadence did before: period 1's records alone lose the write-time query
     alone, _ = build_metrics(history[1:])
-    assert alone["diagnosis"] == {"write": 1.0, "read": 0.0, "utilization": 0.0}
+    assert alone["diagnosis"] == {"format": 0.0, "write": 1.0, "read": 0.0, "utilization": 0.0}
     # and period 0 on its own history is right: no failure at all
     assert period_metrics(history, 0)["diagnosis"] == {
+        "format": 0.0,
         "write": 0.0,
         "read": 0.0,
         "utilization": 0.0,

@@ -14,6 +14,7 @@ import optuna
 import pytest
 import yaml
 
+from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize.config import TuneConfig, load_config
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 
@@ -91,7 +92,10 @@ def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
     runs = mlc.search_runs([exp.experiment_id])
     (parent,) = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
     assert parent.data.metrics["test_overall"] == pytest.approx(second.test["overall"])
-    assert parent.data.params["catalogue_sha256"] and parent.data.params["scorer_version"] == "1"
+    assert (
+        parent.data.params["catalogue_sha256"]
+        and parent.data.params["scorer_version"] == SCORER_VERSION == "2"
+    )
     trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune-trial"]
     assert len(trials) == 4 and all("val_overall" in r.data.metrics for r in trials)
 
@@ -146,6 +150,7 @@ import sys, time
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
+from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize.config import TuneConfig, load_config
 from memloop.optimize.tune import run_tune, format_outcome
 from memloop.testing import scripted_builder
@@ -247,3 +252,29 @@ def test_bad_tuning_splits_are_one_line_with_nothing_written(tmp_path, capsys, e
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and str(path) in err[0], err
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "tune").exists()
+
+
+def always_option_two(body):
+    """evolve_loop_reply, except that every multiple-choice answer (the upper bound's too) is 2."""
+    import json
+
+    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema") or {}
+    if "answer" in schema.get("properties", {}):
+        return json.dumps({"answer": 2})
+    return evolve_loop_reply(body)
+
+
+def test_an_undefined_objective_stops_tuning_and_state_accuracy_ranks_trials(tmp_path):
+    from memloop.core.errors import UserError
+
+    with FakeOpenAIServer(reply=always_option_two) as fake:
+        # this environment's gold answers are rarely option 2: the upper bound never beats random
+        with pytest.raises(UserError, match="memory_score is undefined on the 2 validation"):
+            tune(tmp_path / "a", fake)
+        config, outcome = tune(tmp_path / "b", fake, objective="state_accuracy")
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2
+    for t in done:  # each trial's value is its validation state accuracy
+        assert t.values[0] == pytest.approx(t.user_attrs["state_accuracy"])
+        assert t.user_attrs["memory_score"] is None

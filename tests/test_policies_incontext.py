@@ -328,3 +328,49 @@ def test_reply_cap_applies_to_replies_and_free_text_probes_only(fake, tmp_path):
     assert chat == [7, 7]
     assert [r["max_tokens"] for r in fake.script.requests("probe")] == [300]
     assert [r["max_tokens"] for r in fake.script.requests("writer")] == [300]
+
+
+def notes_checker(body) -> str:
+    """A recall checker that supports a claim iff its value appears in the notes."""
+    text = body["messages"][-1]["content"]
+    notes = text.split("<notes>")[1].split("</notes>")[0].lower()
+    verdicts = {}
+    for line in text.split("Claims about the user's current situation:")[1].splitlines():
+        match = re.match(r"(\d+)\. The user's .* is: (.*)\.$", line.strip())
+        if match:
+            verdicts[match.group(1)] = "yes" if match.group(2).lower() in notes else "no"
+    return json.dumps(verdicts)
+
+
+def test_recall_is_judged_on_written_memory_never_the_raw_buffer(tmp_path):
+    from memloop.environment.procedural import generate_procedural
+    from memloop.feedback.probes import Prober, revealed_states, words
+
+    item = generate_procedural(users=1, periods=1, questions=1, seed=3)[0]
+    latest = revealed_states(item, 0)
+    said = {words(v): words(value) for v, (value, _) in latest.items()}
+
+    def writer(text, body):
+        excerpt = _excerpt(conversation_of(body))
+        return [{"label": k, "value": v} for k, v in said.items() if f"is {v}" in excerpt]
+
+    with (
+        FakeOpenAIServer(reply=ScriptedMemoryLLM(writer=writer)) as agent,
+        FakeOpenAIServer(reply=notes_checker) as checker_server,
+    ):
+        policy = build_policy(AWIConfig(), _client(agent, tmp_path))  # (2, 4): 3 turns wait
+        checker = _client(checker_server, tmp_path / "checker")
+        prober = Prober(ub_client=checker, checker_client=checker)
+        for label, value in said.items():
+            policy.respond(f"my {label} is {value}")
+        # every statement is still in the buffer: nothing written, nothing supported
+        assert policy.writes == 0 and policy.buffer.messages
+        view = policy.memory_view()
+        assert all(value not in view for value in said.values())
+        before = prober.recall(item, 0, view)
+        for turn in range(3):  # push the statements out of the buffer into memory
+            policy.respond(f"small talk {turn}")
+        after = prober.recall(item, 0, policy.memory_view())
+    assert len(before.claims) == len(said) > 0
+    assert [c.supported for c in before.claims] == [False] * len(said)
+    assert [c.supported for c in after.claims] == [True] * len(said)

@@ -91,7 +91,7 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
             for key in ("factual_recall", "overall"):
                 steps = [m.step for m in mlc.get_metric_history(rid, f"{split}_{key}")]
                 assert steps == [0, 1], (split, key)
-        assert run.data.params["scorer_version"] == "1"
+        assert run.data.params["scorer_version"] == "2"
         assert run.data.params["splits.test_users"] == "1"
         artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
         assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}
@@ -132,7 +132,7 @@ def test_table_and_plot(quickstart, first_run):
 
     pixels = imread(plot)
     height, width = pixels.shape[:2]
-    assert (width, height) == (1100, 418)
+    assert (width, height) == (1540, 418)
     assert pixels.std() > 0.01  # not a blank canvas
 
 

@@ -33,7 +33,12 @@ class Policy(Protocol):
         """A probe: answer from memory, never writing memory."""
 
     def memory_view(self) -> str:
-        """What the policy remembers, rendered as text."""
+        """What the policy has written to its memory, rendered as text.
+
+        Factual recall is judged on it, so it must not include messages held raw and not yet
+        written (a buffer): those would be credited whatever the write prompt does. A policy whose
+        memory is the conversation itself (the native LLM) shows the turns it keeps.
+        """
 
     def prompts(self) -> dict[str, str]:
         """The mutable memory-write prompts: {predictor name: instructions}."""

@@ -1,8 +1,14 @@
 """The probes run after each period (as the episode runner's probe hook).
 
 They are: every evaluation question as a multiple-choice prompt through `policy.answer`, a state
-query for its required variables, the upper bound (the policy's LLM handed the true values), and
-the factual-recall check of the period's newly revealed states against `memory_view()`.
+query for its required variables, the upper bound (the policy's LLM handed the true values), the
+no-memory control (the policy's LLM with the question alone: no conversation, memory or facts),
+and the factual-recall check of every state revealed so far against `memory_view()` (the written
+memory).
+
+The upper bound and the no-memory control do not depend on the policy under test, only on its
+endpoint, so the response cache shares them across policies; the no-memory prompt does not even
+depend on the period, so each question costs one such call per user.
 """
 
 from __future__ import annotations
@@ -46,6 +52,13 @@ Which of these answers fits me best?
 
 Reply with a JSON object {{"answer": <number of the best option>}}."""
 
+NM_PROMPT = """I need your advice: {question}
+
+Which of these answers fits me best?
+{options}
+
+Reply with a JSON object {{"answer": <number of the best option>}}."""
+
 RECALL_SYSTEM = "You check claims about a person against notes kept about them."
 RECALL_PROMPT = (
     "Notes kept about the user:\n"
@@ -60,6 +73,16 @@ RECALL_PROMPT = (
     'it) and "no" if they do not mention it or say something different. Reply with a JSON object '
     'mapping each claim number to "yes" or "no".'
 )
+
+
+def revealed_states(item: UserItem, period: int) -> dict[str, tuple[str, int]]:
+    """{variable: (latest revealed value, period it was revealed in)} up to `period`."""
+    latest: dict[str, tuple[str, int]] = {}
+    for p in range(period + 1):
+        for exposed in item.exposed_values(p):
+            for variable, value in exposed.items():
+                latest[variable] = (value, p)
+    return latest
 
 
 def words(token: str) -> str:
@@ -143,6 +166,7 @@ class Prober:
             gold_index=item.gold_choice_index(q, period),
             true_values=truth,
             write_periods={v: item.last_set_period(v, period) for v in qa.required_info},
+            state_choices={v: len(item.state_schema[v]) for v in qa.required_info},
         )
         mc = policy.answer(
             MC_PROMPT.format(question=qa.query, options=_options(choices)),
@@ -164,38 +188,42 @@ class Prober:
             record.state_json_error = sq.json_error or "no JSON object"
 
         facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in record.true_values.items())
-        ub = self.ub_client.chat_json(
-            [
-                {"role": "system", "content": UB_SYSTEM},
-                {
-                    "role": "user",
-                    "content": UB_PROMPT.format(
-                        facts=facts, question=qa.query, options=_options(choices)
-                    ),
-                },
-            ],
-            choice_schema(len(choices)),
-            component="probe",
+        options = _options(choices)
+        record.ub_chosen_index, record.ub_json_error = self._choose(
+            UB_PROMPT.format(facts=facts, question=qa.query, options=options), len(choices)
         )
-        record.ub_chosen_index = _picked(ub.parsed, len(choices)) if ub.ok else None
-        if record.ub_chosen_index is None:
-            record.ub_json_error = ub.json_error or f"answer out of range: {ub.text[:80]!r}"
+        record.nm_chosen_index, record.nm_json_error = self._choose(
+            NM_PROMPT.format(question=qa.query, options=options), len(choices)
+        )
         return record
 
+    def _choose(self, prompt: str, n: int) -> tuple[int | None, str | None]:
+        """The policy's LLM answering a multiple-choice `prompt` alone: (0-based pick, error)."""
+        reply = self.ub_client.chat_json(
+            [{"role": "system", "content": UB_SYSTEM}, {"role": "user", "content": prompt}],
+            choice_schema(n),
+            component="probe",
+        )
+        picked = _picked(reply.parsed, n) if reply.ok else None
+        if picked is None:
+            return None, reply.json_error or f"answer out of range: {reply.text[:80]!r}"
+        return picked, None
+
     def recall(self, item: UserItem, period: int, memory: str) -> PeriodRecall:
-        """Judge each state revealed in `period` (its value now) against the memory."""
-        state = item.state_at(period)
-        revealed = sorted({v for exposed in item.exposed_values(period) for v in exposed})
+        """Judge every state revealed up to `period` (its latest revealed value) against memory."""
+        latest = revealed_states(item, period)
+        revealed = sorted(latest)
         result = PeriodRecall(user_id=item.id, period=period)
         if not revealed:
             return result
         if not memory.strip():  # nothing remembered supports nothing: no call needed
             result.claims = [
-                RecallClaim(variable=v, value=state[v], supported=False) for v in revealed
+                RecallClaim(variable=v, value=latest[v][0], period=latest[v][1], supported=False)
+                for v in revealed
             ]
             return result
         claims = "\n".join(
-            f"{i}. The user's {words(v)} is: {words(state[v])}."
+            f"{i}. The user's {words(v)} is: {words(latest[v][0])}."
             for i, v in enumerate(revealed, start=1)
         )
         keys = [str(i) for i in range(1, len(revealed) + 1)]
@@ -222,7 +250,8 @@ class Prober:
         result.claims = [
             RecallClaim(
                 variable=v,
-                value=state[v],
+                value=latest[v][0],
+                period=latest[v][1],
                 supported=None if k not in verdicts else verdicts[k] == "yes",
             )
             for k, v in zip(keys, revealed, strict=True)

@@ -10,7 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-SCORER_VERSION = "1"
+SCORER_VERSION = "2"
+# 2: state accuracy, the no-memory control, the memory score pooled per period, the `format`
+#    failure class, factual recall on written memory over the whole episode so far.
 
 
 class QuestionRecord(BaseModel):
@@ -36,6 +38,11 @@ class QuestionRecord(BaseModel):
     # the upper bound: the policy's LLM handed the true required values, for this question
     ub_chosen_index: int | None = None
     ub_json_error: str | None = None
+    # number of possible values of each required variable (the state query's chance level)
+    state_choices: dict[str, int] = Field(default_factory=dict)
+    # the no-memory control: the policy's LLM with no conversation, no memory and no facts
+    nm_chosen_index: int | None = None
+    nm_json_error: str | None = None
 
     @property
     def n_choices(self) -> int:
@@ -49,6 +56,15 @@ class QuestionRecord(BaseModel):
     def ub_correct(self) -> bool:
         return self.ub_chosen_index is not None and self.ub_chosen_index == self.gold_index
 
+    @property
+    def nm_correct(self) -> bool:
+        return self.nm_chosen_index is not None and self.nm_chosen_index == self.gold_index
+
+    @property
+    def unparsed(self) -> bool:
+        """The multiple-choice answer did not parse (a `format` failure, never a memory one)."""
+        return self.chosen_index is None
+
     def variable_right(self, variable: str) -> bool:
         return self.state_answers.get(variable) == self.true_values[variable]
 
@@ -57,19 +73,27 @@ class RecallClaim(BaseModel):
     variable: str
     value: str
     supported: bool | None  # None: the checker's answer did not parse
+    period: int = 0  # the period the user last revealed this value in
 
 
 class PeriodRecall(BaseModel):
-    """Factual recall for one (user, period).
+    """Factual recall for one (user, period), judged on the written memory at the period's end.
 
-    The states newly revealed in the period, each judged against the policy's memory_view() at the
-    end of the period.
+    The claims are every state the user revealed so far (each variable's latest revealed value),
+    judged against `memory_view()` (written memory only, never the raw message buffer). The
+    claims revealed in this period give the per-period figure; those of a user's last period give
+    the episode's factual recall (paper App. E: the new states of the episode against the memory
+    at its end).
     """
 
     user_id: str
     period: int
     claims: list[RecallClaim] = Field(default_factory=list)
     json_error: str | None = None
+
+    def new_claims(self) -> list[RecallClaim]:
+        """The claims revealed in this period."""
+        return [c for c in self.claims if c.period == self.period]
 
     @property
     def supported(self) -> int:

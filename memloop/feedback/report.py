@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.files import atomic_write_json
-from memloop.core.tables import format_table
+from memloop.core.tables import format_number, format_table
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.records import (
     SCORER_VERSION,
@@ -23,9 +23,12 @@ from memloop.feedback.records import (
     question_records,
 )
 from memloop.feedback.scoring import (
-    MemoryScoreUndefined,
+    SCORING_WARNINGS,
+    Scores,
     factual_recall,
     index_records,
+    period_factual_recall,
+    quiet_score,
     score,
     score_by_period,
 )
@@ -42,42 +45,57 @@ def collect(period_records: Iterable[PeriodRecord]):
     return questions, recalls
 
 
+def score_fields(s: Scores) -> dict[str, Any]:
+    """A Scores as the flat metrics.json keys (one naming for every group: run, period, user)."""
+    return {
+        "questions": s.n_questions,
+        "overall": s.overall,
+        "random": s.random,
+        "upper_bound": s.upper_bound,
+        "no_memory": s.no_memory,
+        "memory_gain": s.memory_gain,
+        "memory_score": s.memory_score,
+        "memory_score_undefined_periods": s.memory_score_undefined,
+        "memory_score_cell_mean": s.memory_score_cell_mean,
+        "memory_score_undefined_cells": s.memory_score_cells_undefined,
+        "questions_per_period": s.questions_per_period,
+        "state_accuracy": s.state.accuracy,
+        "state_chance": s.state.chance,
+        "state_score": s.state.score,
+        "state_pairs": s.state.pairs,
+        "json_errors": s.json_errors,
+        "diagnosis": s.diagnosis.model_dump(),
+    }
+
+
 def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], list[str]]:
     """metrics.json content and the warnings raised while scoring."""
     questions, recalls = collect(period_records)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", MemoryScoreUndefined)
+        for category in SCORING_WARNINGS:
+            warnings.simplefilter("always", category)
         total = score(questions)
     usage = _usage(period_records)
     per_period = []
     for p, s in score_by_period(questions).items():
+        mine = [r for r in recalls if r.period == p]
         per_period.append(
             {
                 "period": p,
-                "overall": s.overall,
-                "random": s.random,
-                "upper_bound": s.upper_bound,
-                "memory_score": s.memory_score,
-                "diagnosis": s.diagnosis.model_dump(),
-                "factual_recall": factual_recall(r for r in recalls if r.period == p),
+                **score_fields(s),
+                "factual_recall": factual_recall(mine),
+                "factual_recall_new": period_factual_recall(mine),
             }
         )
-    per_user = _per_user(questions, recalls)
     metrics = {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in questions}),
         "periods": len({q.period for q in questions}),
-        "questions": total.n_questions,
-        "overall": total.overall,
-        "random": total.random,
-        "upper_bound": total.upper_bound,
-        "memory_score": total.memory_score,
-        "memory_score_undefined_cells": total.memory_score_undefined,
-        "json_errors": total.json_errors,
-        "diagnosis": total.diagnosis.model_dump(),
+        **score_fields(total),
         "factual_recall": factual_recall(recalls),
+        "factual_recall_per_period": period_factual_recall(recalls),
         "per_period": per_period,
-        "per_user": per_user,
+        "per_user": _per_user(questions, recalls),
         "usage": dict(sorted(usage.items())),
     }
     return metrics, [str(w.message) for w in caught]
@@ -97,15 +115,18 @@ def _per_user(
     recalls: list[PeriodRecall],
     lookup: dict[tuple[str, int, int], QuestionRecord] | None = None,
 ) -> dict[str, dict[str, Any]]:
+    """Per user: the numbers paired comparisons take differences of (same users, same draws)."""
     out = {}
     for uid in sorted({q.user_id for q in questions}):
         mine = [q for q in questions if q.user_id == uid]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MemoryScoreUndefined)
-            s = score(mine, lookup)
+        s = quiet_score(mine, lookup)
         out[uid] = {
             "memory_score": s.memory_score,
             "overall": s.overall,
+            "no_memory": s.no_memory,
+            "memory_gain": s.memory_gain,
+            "state_accuracy": s.state.accuracy,
+            "state_score": s.state.score,
             "factual_recall": factual_recall(r for r in recalls if r.user_id == uid),
         }
     return out
@@ -122,19 +143,14 @@ def period_metrics(history: list[PeriodRecord], period: int) -> dict[str, Any]:
     lookup = index_records(questions)
     mine = [q for q in questions if q.period == period]
     mine_recalls = [r for r in recalls if r.period == period]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MemoryScoreUndefined)
-        s = score(mine, lookup)
+    s = quiet_score(mine, lookup)
     usage = _usage(rec for rec in history if rec.period == period)
     return {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in mine}),
-        "questions": s.n_questions,
-        "overall": s.overall,
-        "memory_score": s.memory_score,
-        "json_errors": s.json_errors,
-        "diagnosis": s.diagnosis.model_dump(),
+        **score_fields(s),
         "factual_recall": factual_recall(mine_recalls),
+        "factual_recall_per_period": period_factual_recall(mine_recalls),
         "per_user": _per_user(mine, mine_recalls, lookup),
         "usage": dict(sorted(usage.items())),
     }
@@ -194,7 +210,7 @@ def style_memory_score_axis(ax: Any, values: list[float]) -> None:
 
 
 def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = None) -> None:
-    """Overall accuracy, upper bound, random and memory score per period (cf. paper Fig. 5)."""
+    """Accuracy, upper bound, random, no memory, state accuracy and memory score per period."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,6 +222,10 @@ def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = Non
     ax1.plot(periods, [r["overall"] for r in rows], "o-", label="overall")
     ax1.plot(periods, [r["upper_bound"] for r in rows], "s--", label="upper bound")
     ax1.plot(periods, [r["random"] for r in rows], ":", color="grey", label="random")
+    ax1.plot(periods, [r["no_memory"] for r in rows], "x:", color="tab:red", label="no memory")
+    ax1.plot(
+        periods, [r["state_accuracy"] for r in rows], "d-", color="tab:purple", label="state acc."
+    )
     ax1.set(xlabel="period", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
     ax1.legend(fontsize=8)
     ms = [
@@ -234,8 +254,12 @@ def format_metrics(metrics: dict[str, Any]) -> str:
             label,
             m["overall"],
             m["random"],
+            m["no_memory"],
             m["upper_bound"],
             m["memory_score"],
+            m["state_accuracy"],
+            m["state_chance"],
+            d["format"],
             d["write"],
             d["read"],
             d["utilization"],
@@ -243,23 +267,27 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         ]
 
     rows = [row(r["period"], r) for r in metrics["per_period"]] + [row("all", metrics)]
-    lines = [
-        format_table(
-            [
-                "period",
-                "overall",
-                "random",
-                "upper_bd",
-                "mem_score",
-                "write",
-                "read",
-                "util",
-                "recall",
-            ],
-            rows,
-            align="r" * 9,
-        )
+    headers = [
+        "period",
+        "overall",
+        "random",
+        "no_mem",
+        "upper_bd",
+        "mem_score",
+        "state_acc",
+        "chance",
+        "format",
+        "write",
+        "read",
+        "util",
+        "recall",
     ]
+    lines = [format_table(headers, rows, align="r" * len(headers))]
+    lines.append(
+        f"memory gain (overall - no_mem) {format_number(metrics['memory_gain'])}; "
+        f"recall = revealed states supported by the written memory at the end of the period "
+        f"(episode: {format_number(metrics['factual_recall'])})"
+    )
     usage = ", ".join(f"{k} {v}" for k, v in metrics["usage"].items())
     lines.append(f"tokens: {usage or 'none (all cached)'}")
     return "\n".join(lines)

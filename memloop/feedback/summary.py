@@ -6,7 +6,7 @@
                  the retrieved memories, plus the user-state updates revealed in the period(s)
                  (the paper's Appendix C.7 format; the assistant's letter is not off by one)
 - diagnostic:    complete + each question's failure class and the state-query answers against
-                 the truth
+                 the truth, and (several users) the state accuracy over all of their questions
 
 An evolver gets the summary of several users within a size budget (`budgeted_summary`): whole
 users and whole questions enter in a fixed priority until the next would not fit; what is left
@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from memloop.environment.data import UserItem
 from memloop.feedback.records import QuestionRecord
-from memloop.feedback.scoring import classify_failure, index_records
+from memloop.feedback.scoring import classify_failure, index_records, state_accuracy
 
 FeedbackMode = Literal["none", "question_only", "complete", "diagnostic"]
 MODES: tuple[str, ...] = ("none", "question_only", "complete", "diagnostic")
@@ -148,7 +148,8 @@ def budgeted_summary(
 ) -> tuple[dict[str, Any], SummaryReport]:
     """The feedback summary of several users within `max_questions` and `max_chars`.
 
-    The result is {"users": [{"user": id, **summarize(...)}, ...]}; its rendering
+    The result is {"users": [{"user": id, **summarize(...)}, ...]} (plus "state_accuracy" in
+    diagnostic mode); its rendering
     (`render_summary`) is at most `max_chars` characters. Questions are taken in
     `select_questions` order; each enters whole, together with its user's block (id and
     `updates[user]`) the first time one of that user's questions enters, if the result still
@@ -162,15 +163,24 @@ def budgeted_summary(
     history = list(history) if history is not None else records
     chosen: dict[str, list[QuestionRecord]] = {}
 
+    header: dict[str, Any] = {}
+    if mode == "diagnostic" and records:
+        state = state_accuracy(records)
+        chance = "unknown" if state.chance is None else f"{state.chance:.2f}"
+        header["state_accuracy"] = (
+            f"{state.accuracy:.2f} of {state.pairs} believed values right (chance {chance})"
+        )
+
     def build(selection: dict[str, list[QuestionRecord]]) -> dict[str, Any]:
         return {
+            **header,
             "users": [
                 {
                     "user": uid,
                     **summarize(mine, mode, updates.get(uid, {}), all_records=history),
                 }
                 for uid, mine in sorted(selection.items())
-            ]
+            ],
         }
 
     summary = build(chosen)

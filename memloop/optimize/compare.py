@@ -1,26 +1,48 @@
 """`memloop compare`: the runs of an MLflow experiment side by side, and a prompt diff.
 
 Each run's cycles are read back as `CycleRecord`s (the `cycle/` artifacts), the run's prompt is
-selected on validation users with `cycles.select_cycle` (the rule the run itself used), and the
-headline is that prompt's memory score on the test users, never a maximum over test cycles. Next
-to it: cycle 0 (the initial prompt) on the same test users, and the paired difference with a
-bootstrap 95% interval over test users.
+selected on validation users with `cycles.select_cycle` (the rule the run itself used), and its
+numbers are that prompt's on the test users, never a maximum over test cycles.
+
+Two tables:
+- marginal: each condition's own numbers (memory score, state accuracy, memory gain, recall,
+  tokens), labelled as marginal: they carry no interval, since conditions are compared paired;
+- paired: each condition minus the baseline condition (default: the run without evolution) on the
+  same test users: the mean per-user difference with a studentized bootstrap 95% interval built
+  around it (`core.stats.mean_ci`), n, and a warning below 10 users. Also within each run: the
+  selected prompt minus cycle 0 on the same users.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.tables import format_table
+from memloop.core.stats import SMALL_N, mean_ci, paired_differences
+from memloop.core.tables import format_number, format_table
+from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize import tracking
 from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
 
 HEADLINE_SPLIT = "test"
+PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain")
+
+
+@dataclass
+class Paired:
+    """A paired difference over the users two results share."""
+
+    n: int
+    diff: float | None
+    ci: tuple[float, float] | None
+
+    @classmethod
+    def of(cls, condition: dict[str, float], baseline: dict[str, float]) -> Paired:
+        diffs = list(paired_differences(condition, baseline).values())
+        return cls(len(diffs), sum(diffs) / len(diffs) if diffs else None, mean_ci(diffs))
 
 
 @dataclass
@@ -34,32 +56,29 @@ class RunRow:
     selection: Selection | None
     split: str  # the split the numbers below are on ("test"; "val" or "train" without one)
     n_users: int
-    first: float | None
-    selected: float | None
-    delta: float | None  # selected - first, mean over users defined in both
-    ci_first: tuple[float, float] | None
-    ci_selected: tuple[float, float] | None
-    ci_delta: tuple[float, float] | None
+    first: float | None  # memory score of cycle 0
+    selected: float | None  # memory score of the selected cycle
+    state_accuracy: float | None
+    memory_gain: float | None
+    vs_first: Paired  # selected - cycle 0, memory score per user
     factual_recall: float | None
     tokens: int
+    scorer_version: str
+    # the selected cycle's per-user numbers on `split`: {metric: {user: value}}
+    per_user: dict[str, dict[str, float]] = field(default_factory=dict)
+    vs_baseline: dict[str, Paired] = field(default_factory=dict)  # metric -> paired difference
 
     @property
     def cycles(self) -> int:
         return len(self.records)
 
+    @property
+    def condition(self) -> str:
+        return f"{self.feedback_mode}/{self.evolver}"
 
-def bootstrap_ci(
-    values: list[float], *, resamples: int = 2000, seed: int = 0, level: float = 0.95
-) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean; None for fewer than two values."""
-    if len(values) < 2:
-        return None
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(rng.choice(values) for _ in range(n)) / n for _ in range(resamples))
-    lo = means[int((1 - level) / 2 * resamples)]
-    hi = means[min(resamples - 1, int((1 + level) / 2 * resamples))]
-    return lo, hi
+    @property
+    def delta(self) -> float | None:
+        return self.vs_first.diff
 
 
 def _download_text(mlc, run_id: str, path: str) -> str:
@@ -74,16 +93,15 @@ def _download_text(mlc, run_id: str, path: str) -> str:
 def run_records(mlc, run_id: str) -> list[CycleRecord]:
     """The run's CycleRecords, in cycle order, from its `cycle/` artifacts."""
     paths = sorted(a.path for a in mlc.list_artifacts(run_id, "cycle"))
-    return [CycleRecord.model_validate_json(_download_text(mlc, run_id, p)) for p in paths]
+    return [CycleRecord.from_json(_download_text(mlc, run_id, p)) for p in paths]
 
 
-def user_scores(record: CycleRecord, split: str) -> dict[str, float]:
+def user_scores(record: CycleRecord, split: str, metric: str = "memory_score") -> dict[str, float]:
+    """{user: `metric`} on `split` for the users where it is defined."""
     result = record.splits.get(split)  # type: ignore[call-overload]
     if result is None:
         return {}
-    return {
-        u: v["memory_score"] for u, v in result.per_user.items() if v["memory_score"] is not None
-    }
+    return {u: v[metric] for u, v in result.per_user.items() if v.get(metric) is not None}
 
 
 def headline_split(records: list[CycleRecord]) -> str:
@@ -97,9 +115,6 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
     split = headline_split(records)
     first_rec = records[0] if records else None
     chosen = records[selection.cycle] if selection else None
-    first_u = user_scores(first_rec, split) if first_rec else {}
-    chosen_u = user_scores(chosen, split) if chosen else {}
-    paired = [chosen_u[u] - first_u[u] for u in sorted(set(first_u) & set(chosen_u))]
     result = chosen.splits.get(split) if chosen else None  # type: ignore[call-overload]
     return RunRow(
         run_id=run.info.run_id,
@@ -113,16 +128,41 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         n_users=result.users if result else 0,
         first=first_rec.score(split) if first_rec else None,
         selected=chosen.score(split) if chosen else None,
-        delta=sum(paired) / len(paired) if paired else None,
-        ci_first=bootstrap_ci(list(first_u.values())),
-        ci_selected=bootstrap_ci(list(chosen_u.values())),
-        ci_delta=bootstrap_ci(paired),
+        state_accuracy=result.state_accuracy if result else None,
+        memory_gain=result.memory_gain if result else None,
+        vs_first=Paired.of(
+            user_scores(chosen, split) if chosen else {},
+            user_scores(first_rec, split) if first_rec else {},
+        ),
         factual_recall=result.factual_recall if result else None,
         tokens=sum(sum(r.tokens.values()) for r in records),
+        scorer_version=chosen.scorer_version if chosen else SCORER_VERSION,
+        per_user={m: user_scores(chosen, split, m) for m in PAIRED_METRICS} if chosen else {},
     )
 
 
-def experiment_rows(tracking_uri: str, experiment: str) -> list[RunRow]:
+def pick_baseline(rows: list[RunRow], baseline: str = "none") -> RunRow | None:
+    """The baseline row: `none` = the run without evolution; else a run id, name or condition."""
+    for r in rows:
+        if baseline == "none" and "none" in (r.feedback_mode, r.evolver):
+            return r
+        if baseline in (r.run_id, r.name, r.condition, r.evolver):
+            return r
+    return None
+
+
+def pair_with_baseline(rows: list[RunRow], baseline: RunRow) -> None:
+    """Fill every other row's `vs_baseline`: per-user differences on the users both saw."""
+    for r in rows:
+        if r is baseline:
+            continue
+        r.vs_baseline = {
+            m: Paired.of(r.per_user.get(m, {}), baseline.per_user.get(m, {}))
+            for m in PAIRED_METRICS
+        }
+
+
+def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") -> list[RunRow]:
     mlc = tracking.client(tracking_uri)
     exp = mlc.get_experiment_by_name(experiment)
     if exp is None:
@@ -134,38 +174,44 @@ def experiment_rows(tracking_uri: str, experiment: str) -> list[RunRow]:
     for run in mlc.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
         if "memloop.feedback_mode" in run.data.tags:
             rows.append(make_row(run, run_records(mlc, run.info.run_id)))
+    base = pick_baseline(rows, baseline)
+    if base is None and baseline != "none":
+        names = ", ".join(r.condition for r in rows) or "none"
+        raise UserError(f"no baseline run {baseline!r} in {experiment!r} (runs: {names})")
+    if base is not None:
+        pair_with_baseline(rows, base)
     return rows
 
 
-def _cell(value: float | None, ci: tuple[float, float] | None, signed: bool = False) -> str:
-    if value is None:
+def _paired_cell(p: Paired | None) -> str:
+    if p is None or p.diff is None:
         return "n/a"
-    number = "{:+.3f}" if signed else "{:.3f}"
-    bound = "{:+.2f}" if signed else "{:.2f}"
-    text = number.format(value)
-    if ci:
-        text += f" [{bound.format(ci[0])},{bound.format(ci[1])}]"
+    text = f"{p.diff:+.3f}"
+    if p.ci:
+        text += f" [{p.ci[0]:+.2f},{p.ci[1]:+.2f}]"
     return text
 
 
 def format_rows(rows: list[RunRow]) -> str:
-    cells = [
+    marginal = [
         [
             r.feedback_mode,
             r.evolver,
             r.search,
             r.cycles,
             f"{r.split} {r.n_users}",
-            _cell(r.first, r.ci_first),
-            _cell(r.selected, r.ci_selected)
-            + (f" ({r.selection.cycle})" if r.selection is not None else ""),
-            _cell(r.delta, r.ci_delta, signed=True),
-            r.factual_recall,
+            "-" if r.selection is None else r.selection.cycle,
+            format_number(r.selected),
+            format_number(r.state_accuracy),
+            format_number(r.memory_gain),
+            format_number(r.factual_recall),
             r.tokens,
+            _paired_cell(r.vs_first),
         ]
         for r in rows
     ]
     lines = [
+        "marginal (each condition alone; the selected prompt on the users shown):",
         format_table(
             [
                 "feedback",
@@ -173,24 +219,57 @@ def format_rows(rows: list[RunRow]) -> str:
                 "search",
                 "cycles",
                 "users",
-                "cycle 0",
-                "selected (cycle)",
-                "paired diff",
+                "selected",
+                "mem_score",
+                "state_acc",
+                "mem_gain",
                 "recall",
                 "tokens",
+                "vs cycle 0 (paired)",
             ],
-            cells,
-            align="lllrllllrr",
+            marginal,
+            align="lllrlrrrrrrl",
         ),
-        "memory score on the users shown (test users unless none are configured) of the initial "
-        "prompt (cycle 0) and of the prompt selected on validation users, with bootstrap 95% "
-        "intervals over users; paired diff = selected - cycle 0 on the same users",
     ]
+    base = next((r for r in rows if not r.vs_baseline), None) if rows else None
+    paired = [r for r in rows if r.vs_baseline]
+    if base is not None and paired:
+        lines += [
+            "",
+            f"paired with the baseline {base.condition} on the same users "
+            "(mean per-user difference [95% interval]):",
+            format_table(
+                ["condition", "n", *(f"diff {m}" for m in PAIRED_METRICS)],
+                [
+                    [
+                        r.condition,
+                        r.vs_baseline[PAIRED_METRICS[0]].n,
+                        *(_paired_cell(r.vs_baseline[m]) for m in PAIRED_METRICS),
+                    ]
+                    for r in paired
+                ],
+                align="lrlll",
+            ),
+        ]
+    lines.append(
+        "intervals: studentized bootstrap 95% over users of the per-user differences; "
+        "vs cycle 0 = selected prompt - initial prompt in the same run (memory score)"
+    )
     small = min((r.n_users for r in rows), default=0)
-    if small < 10:
-        lines.append(f"only {small} users per cell: the intervals are wide (or absent below 2)")
+    if small < SMALL_N:
+        lines.append(
+            f"only {small} users per condition (fewer than {SMALL_N}): "
+            "the intervals are wide (or absent below 2)"
+        )
     if any(r.split != HEADLINE_SPLIT for r in rows):
         lines.append("a run without test users shows validation/training numbers: not a headline")
+    old = sorted({r.scorer_version for r in rows if r.scorer_version != SCORER_VERSION})
+    for version in old:
+        names = ", ".join(r.name for r in rows if r.scorer_version == version)
+        lines.append(
+            f"scored with the older scorer version {version} (now {SCORER_VERSION}; no state "
+            f"accuracy or no-memory control, another memory score): {names}"
+        )
     return "\n".join(lines)
 
 
@@ -235,7 +314,7 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
 
 
 def curves(mode: str, evolver: str, records: list[CycleRecord], split: str) -> Any:
-    """Per-cycle memory score and factual recall on `split`, shaped for plots.plot_cycles."""
+    """Per-cycle memory score, factual recall and state accuracy on `split` (plots.plot_cycles)."""
     from types import SimpleNamespace
 
     cycles = [
@@ -243,6 +322,7 @@ def curves(mode: str, evolver: str, records: list[CycleRecord], split: str) -> A
             "cycle": r.cycle,
             "memory_score": r.score(split),
             "factual_recall": r.score(split, "factual_recall"),
+            "state_accuracy": r.score(split, "state_accuracy"),
         }
         for r in records
     ]
@@ -255,9 +335,13 @@ def run_histories(rows: list[RunRow]) -> list[Any]:
 
 
 def compare(
-    tracking_uri: str, experiment: str, run: str | None = None, to: str = "best"
+    tracking_uri: str,
+    experiment: str,
+    run: str | None = None,
+    to: str = "best",
+    baseline: str = "none",
 ) -> dict[str, Any]:
-    rows = experiment_rows(tracking_uri, experiment)
+    rows = experiment_rows(tracking_uri, experiment, baseline)
     if not rows:
         raise UserError(f"experiment {experiment!r} has no evolution runs yet (run memloop evolve)")
     return {

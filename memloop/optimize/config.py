@@ -191,6 +191,11 @@ class TuneConfig(_Strict):
         description="grid: each setting once, in random order (stops when all are done); "
         "tpe: Optuna's TPE, reseeded per run so a rerun continues the search",
     )
+    objective: Literal["memory_score", "state_accuracy", "memory_gain"] = Field(
+        "memory_score",
+        description="what trials are ranked on, on the validation users (state_accuracy "
+        "measures memory without the multiple-choice step; always defined)",
+    )
     minimize_tokens: bool = Field(False, description="second objective: tokens per user")
     heartbeat_s: int = Field(
         60, ge=1, description="trial heartbeat; a trial silent for 2x this is taken as dead"

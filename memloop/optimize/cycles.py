@@ -13,19 +13,37 @@ selection (tests/test_optimize_splits.py poisons the test users to show it).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.feedback.records import SCORER_VERSION
 from memloop.feedback.summary import SummaryReport
 
-CYCLE_METRICS = ("memory_score", "overall", "factual_recall", "write", "read", "utilization")
+CYCLE_METRICS = (
+    "memory_score",
+    "state_accuracy",
+    "memory_gain",
+    "overall",
+    "no_memory",
+    "factual_recall",
+    "format",
+    "write",
+    "read",
+    "utilization",
+    "memory_score_undefined_periods",
+)
 Split = Literal["train", "val", "test"]
 SELECTION_SPLIT: Split = "val"
 
 
 class SplitResult(BaseModel):
-    """One split's numbers in one cycle (CYCLE_METRICS plus the per-user scores)."""
+    """One split's numbers in one cycle (CYCLE_METRICS plus the per-user scores).
+
+    Fields added with scorer version 2 default to None / 0, so cycle records of version-1 runs
+    still load (compare labels them).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -36,6 +54,12 @@ class SplitResult(BaseModel):
     write: float
     read: float
     utilization: float
+    format: float = 0.0
+    state_accuracy: float | None = None
+    state_chance: float | None = None
+    no_memory: float | None = None
+    memory_gain: float | None = None
+    memory_score_undefined_periods: int = 0
     json_errors: int = 0
     per_user: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
@@ -47,6 +71,11 @@ class SplitResult(BaseModel):
             memory_score=metrics["memory_score"],
             overall=metrics["overall"],
             factual_recall=metrics["factual_recall"],
+            state_accuracy=metrics["state_accuracy"],
+            state_chance=metrics["state_chance"],
+            no_memory=metrics["no_memory"],
+            memory_gain=metrics["memory_gain"],
+            memory_score_undefined_periods=metrics["memory_score_undefined_periods"],
             json_errors=metrics.get("json_errors", 0),
             per_user=metrics.get("per_user", {}),
             **metrics["diagnosis"],
@@ -59,18 +88,27 @@ class CycleRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cycle: int = Field(ge=0)
+    scorer_version: str = SCORER_VERSION  # the definitions the numbers below follow
     splits: dict[Split, SplitResult]
     tokens: dict[str, int] = Field(default_factory=dict)  # per component, this cycle's work
     seconds: float = 0.0
     feedback: SummaryReport | None = None  # the summary the next prompts were evolved from
     extra: dict[str, float] = Field(default_factory=dict)  # search-specific numbers
 
+    @classmethod
+    def from_json(cls, text: str) -> CycleRecord:
+        """A stored cycle.json; one written before scorer versions were recorded is version 1."""
+        data = json.loads(text)
+        data.setdefault("scorer_version", "1")
+        return cls.model_validate(data)
+
     def metrics(self) -> dict[str, float | None]:
         """MLflow metrics: `<split>_<metric>` per split and metric, tokens and extras."""
         out: dict[str, float | None] = {}
         for split, result in self.splits.items():
             for name in CYCLE_METRICS:
-                out[f"{split}_{name}"] = getattr(result, name)
+                value = getattr(result, name)
+                out[f"{split}_{name}"] = None if value is None else float(value)
         out.update({f"tokens_{c}": float(v) for c, v in self.tokens.items()})
         out.update(self.extra)
         if self.feedback is not None:

@@ -24,7 +24,7 @@ from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import collect
-from memloop.feedback.scoring import score
+from memloop.feedback.scoring import quiet_score
 from memloop.feedback.summary import render_summary
 from memloop.optimize.cycles import CycleRecord
 
@@ -45,14 +45,13 @@ def candidate_id(candidate: dict[str, str]) -> str:
 
 
 def user_memory_score(records: list[QuestionRecord]) -> float:
-    """GEPA needs a number: the memory score, or 0 where it is undefined (UB <= random)."""
-    import warnings
+    """GEPA needs a number per user: the user's memory score (a ratio over all its questions).
 
-    from memloop.feedback.scoring import MemoryScoreUndefined
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MemoryScoreUndefined)
-        value = score(records).memory_score
+    Where it is undefined (the upper bound never beats random for this user) it is 0. That does not
+    favour any candidate: the upper bound depends on the questions and the endpoint only, so the
+    same users are undefined, and score the same 0, for every candidate.
+    """
+    value = quiet_score(records).memory_score
     return 0.0 if value is None else float(value)
 
 

@@ -1,4 +1,7 @@
-"""Plots of evolution runs: memory score and factual recall per cycle, one line per condition."""
+"""Plots of evolution runs: memory score, state accuracy and factual recall per cycle.
+
+One line per condition.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
     from memloop.feedback.report import style_memory_score_axis
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    keys = ("memory_score", "state_accuracy", "factual_recall")
     styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
     n = len(outcomes)
     scores: list[float] = []
@@ -24,7 +28,7 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
         label = o.mode if o.evolver in ("none", "reflective") else f"{o.mode} / {o.evolver}"
         marker, line = styles[i % len(styles)]
         dodge = (i - (n - 1) / 2) * 0.04  # equal values stay visible side by side
-        for ax, key in zip(axes, ("memory_score", "factual_recall"), strict=True):
+        for ax, key in zip(axes, keys, strict=True):
             points = [(c["cycle"], c[key]) for c in o.cycles if c.get(key) is not None]
             if key == "memory_score":
                 scores += [v for _, v in points]
@@ -36,12 +40,14 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
                     linestyle=line,
                     label=label,
                 )
-    for ax, name in zip(axes, ("normalized memory score", "memory factual recall"), strict=True):
+    names = ("normalized memory score", "state accuracy", "memory factual recall")
+    for ax, name in zip(axes, names, strict=True):
         ax.set(xlabel="cycle", ylabel=name, title=name)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=8)
     style_memory_score_axis(axes[0], scores)
     axes[1].set_ylim(-0.02, 1.02)
+    axes[2].set_ylim(-0.02, 1.02)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -44,7 +44,7 @@ class CycleStore:
 
     def record(self, k: int) -> CycleRecord | None:
         path = self.cycle_dir(k) / "cycle.json"
-        return CycleRecord.model_validate_json(path.read_text()) if path.is_file() else None
+        return CycleRecord.from_json(path.read_text()) if path.is_file() else None
 
     def save(self, record: CycleRecord) -> None:
         path = self.cycle_dir(record.cycle) / "cycle.json"

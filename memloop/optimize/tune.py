@@ -1,7 +1,7 @@
 """Optuna tuning of AWE's hyperparameters (update_freq, short_term_len, top_k).
 
-- Objective: the memory score on the validation users (optionally a second objective, tokens per
-  user, for a Pareto front). The best trial is then run once on the test users, which no trial
+- Objective: `objective` (memory score by default, or state accuracy / memory gain) on the
+  validation users (optionally a second objective, tokens per user, for a Pareto front). The best trial is then run once on the test users, which no trial
   saw: that is the headline, logged on the study's MLflow run.
 - Several `memloop tune` processes may share one study (sqlite or any RDB storage): each trial
   sends a heartbeat, a trial whose process died is found by its silence (not "every RUNNING
@@ -36,6 +36,8 @@ from memloop.optimize.context import (
 )
 
 PARAMS = ("update_freq", "short_term_len", "top_k")
+# recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
+TRIAL_METRICS = ("memory_score", "state_accuracy", "memory_gain", "overall", "factual_recall")
 IDENTITY_ATTR = "memloop.identity"
 
 
@@ -170,6 +172,7 @@ class Tuner:
             "endpoints": self.clients.public(),
             "scorer_version": SCORER_VERSION,
             "catalogue_sha256": catalogue_sha256(),
+            "objective": self.config.objective,
         }
 
     def evaluate(self, split: str, params: dict[str, int]):
@@ -258,8 +261,18 @@ class Tuner:
             raise
         m = result.metrics
         tokens = sum(m["usage"].values()) / max(1, m["users"])
-        score = m["memory_score"] if m["memory_score"] is not None else 0.0
-        for key in ("overall", "factual_recall", "memory_score"):
+        objective = self.config.objective
+        if m[objective] is None:
+            # The upper bound depends on the users and the endpoint, not on the trial: every
+            # trial would be undefined too, so no choice between them can be made.
+            tracking.finish_run(mlc, run_id, "FAILED")
+            raise UserError(
+                f"the {objective} is undefined on the {m['users']} validation users (the upper "
+                "bound never beats random on them): no trial can be ranked; add validation "
+                "users, use a stronger agent model, or set `objective: state_accuracy`"
+            )
+        score = m[objective]
+        for key in TRIAL_METRICS:
             trial.set_user_attr(key, m[key])
         trial.set_user_attr("tokens_per_user", tokens)
         trial.set_user_attr("run_id", run_id)
@@ -267,7 +280,7 @@ class Tuner:
             mlc,
             run_id,
             {
-                **{f"val_{k}": m[k] for k in ("memory_score", "overall", "factual_recall")},
+                **{f"val_{k}": m[k] for k in TRIAL_METRICS},
                 **{f"val_{k}": v for k, v in m["diagnosis"].items()},
                 "val_tokens_per_user": tokens,
                 **{f"tokens_{c}": float(v) for c, v in m["usage"].items()},
@@ -276,7 +289,7 @@ class Tuner:
             step=0,
         )
         tracking.finish_run(mlc, run_id)
-        tracking.log_metrics(mlc, parent_id, {"val_memory_score": score}, step=trial.number)
+        tracking.log_metrics(mlc, parent_id, {f"val_{objective}": score}, step=trial.number)
         self.added += 1
         return (score, tokens) if config.minimize_tokens else score
 
@@ -289,15 +302,13 @@ class Tuner:
         row = {
             "trial": best["number"],
             **params,
-            **{k: m[k] for k in ("memory_score", "overall", "factual_recall", "users")},
+            **{k: m[k] for k in (*TRIAL_METRICS, "users")},
         }
         tracking.log_metrics(
             mlc,
             parent_id,
             {
-                "test_memory_score": m["memory_score"],
-                "test_overall": m["overall"],
-                "test_factual_recall": m["factual_recall"],
+                **{f"test_{k}": m[k] for k in TRIAL_METRICS},
                 **{f"test_{k}": v for k, v in m["diagnosis"].items()},
                 "test_trial": float(best["number"]),
             },

@@ -131,13 +131,7 @@ class AWIPolicy(BufferedMemoryPolicy):
     def memory_view(self) -> str:
         facts = self.fact_lines()
         parts = ["Memory (label: value):", *(facts or ["(empty)"])]
-        if self.buffer.messages:
-            parts += [
-                "",
-                "Recent messages not yet written to memory:",
-                render_transcript(self.buffer.messages),
-            ]
-        return "\n".join(parts)
+        return "\n".join(parts)  # written memory only: never the unwritten message buffer
 
     def stats(self) -> dict[str, Any]:
         return {

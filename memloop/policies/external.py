@@ -39,7 +39,6 @@ from memloop.policies.base import (  # noqa: E402
     Message,
     MessageBuffer,
     read_json,
-    render_transcript,
     simulated_time,
 )
 from memloop.policies.config import AWEConfig, RAGConfig  # noqa: E402
@@ -285,13 +284,7 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
     def memory_view(self) -> str:
         texts = self.memory_texts()
         parts = [f"Stored memories ({len(texts)}):", *(f"- {t}" for t in texts)]
-        if self.buffer.messages:
-            parts += [
-                "",
-                "Recent messages not yet written to memory:",
-                render_transcript(self.buffer.messages),
-            ]
-        return "\n".join(parts)
+        return "\n".join(parts)  # written memory only: never the unwritten message buffer
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -32,12 +32,32 @@ def is_evolver_request(body: dict[str, Any]) -> bool:
     return "<new_instructions>" in text or "``` blocks" in text
 
 
+def informed_pick(prompt: str) -> int:
+    """The option number a fake model picks for a multiple-choice prompt.
+
+    2, unless the prompt lists the user's current situation ("- variable: value" lines, as the
+    upper bound's prompt does): then the option naming most of those values' words.
+    """
+    import re
+
+    if "current situation:" not in prompt:
+        return 2
+    facts = re.findall(r"^- [^:\n]+: (.+)$", prompt, flags=re.M)
+    words = {w for value in facts for w in value.lower().split() if len(w) > 2}
+    options = re.findall(r"^(\d+)\. (.+)$", prompt, flags=re.M)
+    if not words or not options:
+        return 2
+    best = max(options, key=lambda o: sum(w in o[1].lower() for w in words))
+    return int(best[0])
+
+
 def evolve_loop_reply(body: dict[str, Any]) -> str:
     """A FakeOpenAIServer reply for the whole evolution loop, deterministic per request.
 
     Evolver requests get a rewrite (as `<new_instructions>`, or in a ``` block for GEPA) that
-    differs with the amount of feedback; schema requests get schema-valid JSON (answer 2, every
-    other field "yes"); plain chat gets a short user-like line.
+    differs with the amount of feedback; schema requests get schema-valid JSON (answer 2, or, when
+    the prompt states the user's situation as for the upper bound, the option sharing the most
+    words with it; every other field "yes"); plain chat gets a short user-like line.
     """
     schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
     if is_evolver_request(body):
@@ -56,5 +76,5 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
         return "Interesting, tell me more."
     props = schema["properties"]
     if "answer" in props:
-        return json.dumps({"answer": 2})
+        return json.dumps({"answer": informed_pick(str(body["messages"][-1].get("content", "")))})
     return json.dumps({k: "yes" for k in props})

@@ -61,11 +61,18 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         help="diff the first cycle's prompt against the one selected on validation users "
         "(best) or the last cycle's",
     )
+    cmp.add_argument(
+        "--baseline",
+        default="none",
+        help="the condition every other run is paired with on the same users: a run name or id, "
+        "an evolver, or 'feedback/evolver' (default: the run without evolution)",
+    )
     cmp.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
     cmp.add_argument(
         "--plot",
         metavar="PNG",
-        help="also plot memory score and factual recall per cycle, one line per run",
+        help="also plot memory score, state accuracy and factual recall per cycle, one line per "
+        "run",
     )
     cmp.set_defaults(func=run_compare_cmd)
 
@@ -92,7 +99,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
 def run_compare_cmd(args: argparse.Namespace) -> int:
     from memloop.optimize.compare import compare
 
-    result = compare(args.tracking_uri, args.experiment, args.run, args.to)
+    result = compare(args.tracking_uri, args.experiment, args.run, args.to, args.baseline)
     print(result["table"])
     print()
     print(result["diff"])
