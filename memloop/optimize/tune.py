@@ -1,8 +1,9 @@
 """Optuna tuning of AWE's hyperparameters (update_freq, short_term_len, top_k).
 
 - Objective: `objective` (memory score by default, or state accuracy / memory gain) on the
-  validation users (optionally a second objective, tokens per user, for a Pareto front). The best trial is then run once on the test users, which no trial
-  saw: that is the headline, logged on the study's MLflow run.
+  validation users (optionally a second objective, tokens per user, for a Pareto front). The best
+  trial is then run once on the test users, which no trial saw: that is the headline, logged on
+  the study's MLflow run.
 - Several `memloop tune` processes may share one study (sqlite or any RDB storage): each trial
   sends a heartbeat, a trial whose process died is found by its silence (not "every RUNNING
   trial") and retried once by Optuna's RetryHeartbeatStaleTrialCallback.
