@@ -10,6 +10,8 @@ from memloop.core.stats import mean_ci, paired_differences
 
 def test_small_and_degenerate_inputs():
     assert mean_ci([]) is None and mean_ci([0.4]) is None
+    # two users: every resample with a spread has t = 0; a collapsed interval would mislead
+    assert mean_ci([-0.2, 0.0]) is None
     assert mean_ci([0.25, 0.25, 0.25]) == (0.25, 0.25)
 
 

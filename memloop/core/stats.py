@@ -11,20 +11,23 @@ cover 0.88-0.91 there (tests/test_core_stats.py checks >= 0.90).
 from __future__ import annotations
 
 SMALL_N = 10  # below this many users, say that the interval is wide
+MIN_N = 3  # below this many values there is no interval
 
 
 def mean_ci(
     values: list[float], *, level: float = 0.95, resamples: int = 2000, seed: int = 0
 ) -> tuple[float, float] | None:
-    """Studentized bootstrap interval of the mean of `values`; None for fewer than two values.
+    """Studentized bootstrap interval of the mean of `values`; None for fewer than three values.
 
-    Deterministic for a given seed. All values equal gives the point interval.
+    At two values every resample with a spread has t = 0, so the interval would collapse onto the
+    mean: no interval is honest there. Deterministic for a given seed. All values equal gives the
+    point interval.
     """
     import numpy as np
 
     x = np.asarray(values, dtype=float)
     n = len(x)
-    if n < 2:
+    if n < MIN_N:
         return None
     mean = float(x.mean())
     se = float(x.std(ddof=1)) / n**0.5

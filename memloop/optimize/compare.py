@@ -259,7 +259,7 @@ def format_rows(rows: list[RunRow]) -> str:
     if small < SMALL_N:
         lines.append(
             f"only {small} users per condition (fewer than {SMALL_N}): "
-            "the intervals are wide (or absent below 2)"
+            "the intervals are wide (and absent below 3)"
         )
     if any(r.split != HEADLINE_SPLIT for r in rows):
         lines.append("a run without test users shows validation/training numbers: not a headline")

@@ -92,7 +92,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
 
 
 def per_cycle_table(rows) -> str:
-    """Memory score / factual recall of every cycle on the headline users, one row per run."""
+    """Memory score / state accuracy / factual recall per cycle on the headline users, per run."""
     cycles = max((r.cycles for r in rows), default=0)
 
     def cell(value: float | None) -> str:
@@ -101,7 +101,8 @@ def per_cycle_table(rows) -> str:
     cells = [
         [r.feedback_mode]
         + [
-            f"{cell(c.score(r.split))} / {cell(c.score(r.split, 'factual_recall'))}"
+            f"{cell(c.score(r.split))} / {cell(c.score(r.split, 'state_accuracy'))} / "
+            f"{cell(c.score(r.split, 'factual_recall'))}"
             for c in r.records
         ]
         + [""] * (cycles - r.cycles)
@@ -109,7 +110,7 @@ def per_cycle_table(rows) -> str:
     ]
     split = rows[0].split if rows else "test"
     lines = [
-        f"memory score / factual recall per cycle on the {split} users",
+        f"memory score / state accuracy / factual recall per cycle on the {split} users",
         format_table(["feedback"] + [f"cycle {k}" for k in range(cycles)], cells),
     ]
     return "\n".join(lines)
