@@ -79,7 +79,10 @@ def _alive(pid: int) -> bool:
 
 
 SCRIPT = """
-import sys, time
+import signal, sys, time
+# Ctrl-C as at a terminal, even when this test runs as a background job (a shell starts those
+# with SIGINT ignored, and the child would inherit that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from memloop.llm.embedded_server import EmbeddedServer, ServerSettings
 from memloop.llm.model_files import QWEN_0_5B
 server = EmbeddedServer(QWEN_0_5B, ServerSettings(slots=1, ctx_per_slot=2048)).start()
