@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def paired(report: dict, baseline: str) -> dict:
     """{policy: {metric: {n, diff, ci}}}: policy - baseline per user, on the users both have."""
-    from memloop.core.stats import mean_ci, paired_differences
+    from dataclasses import asdict
+
+    from memloop.core.stats import Paired
 
     policies = report["policies"]
     if baseline not in policies:
@@ -231,16 +233,10 @@ def paired(report: dict, baseline: str) -> dict:
     for name in policies:
         if name == baseline:
             continue
-        out[name] = {}
-        for metric in PAIRED:
-            diffs = list(
-                paired_differences(values(name, metric), values(baseline, metric)).values()
-            )
-            out[name][metric] = {
-                "n": len(diffs),
-                "diff": sum(diffs) / len(diffs) if diffs else None,
-                "ci": mean_ci(diffs),
-            }
+        out[name] = {
+            metric: asdict(Paired.of(values(name, metric), values(baseline, metric)))
+            for metric in PAIRED
+        }
     return {"baseline": baseline, "policies": out}
 
 

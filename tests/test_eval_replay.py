@@ -13,13 +13,13 @@ from memloop.environment.datafile import save_items
 from memloop.environment.episode import load_record
 from memloop.environment.procedural import generate_procedural
 from memloop.experiments.cli import main
-from memloop.testing import FakeOpenAIServer
+from memloop.testing import FakeOpenAIServer, request_schema
 
 POLICIES = Path(memloop.__file__).parent / "experiments" / "policies"
 
 
 def reply(body):
-    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    schema = request_schema(body)
     if schema is None:
         return "Noted, thanks."
     props = schema["properties"]

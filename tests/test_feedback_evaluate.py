@@ -11,11 +11,11 @@ from memloop.environment.procedural import generate_procedural
 from memloop.feedback.evaluate import run_evaluation
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
-from memloop.testing import FakeOpenAIServer, ScriptedPolicy
+from memloop.testing import FakeOpenAIServer, ScriptedPolicy, request_schema
 
 
 def fake_reply(body):
-    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    schema = request_schema(body)
     if schema is None:
         return "Tell me more about that."
     props = schema["properties"]

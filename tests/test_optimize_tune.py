@@ -16,7 +16,13 @@ import yaml
 
 from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize.config import TuneConfig, load_config
-from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+from memloop.testing import (
+    FakeOpenAIServer,
+    evolve_loop_reply,
+    fake_roles,
+    request_schema,
+    scripted_builder,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -258,7 +264,7 @@ def always_option_two(body):
     """evolve_loop_reply, except that every multiple-choice answer (the upper bound's too) is 2."""
     import json
 
-    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema") or {}
+    schema = request_schema(body) or {}
     if "answer" in schema.get("properties", {}):
         return json.dumps({"answer": 2})
     return evolve_loop_reply(body)

@@ -10,6 +10,8 @@ cover 0.88-0.91 there (tests/test_core_stats.py checks >= 0.90).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 SMALL_N = 10  # below this many users, say that the interval is wide
 MIN_N = 3  # below this many values there is no interval
 
@@ -41,6 +43,21 @@ def mean_ci(
     t = (means[usable] - mean) / ses[usable]
     t_lo, t_hi = np.quantile(t, [(1 - level) / 2, (1 + level) / 2])
     return mean - float(t_hi) * se, mean - float(t_lo) * se
+
+
+@dataclass
+class Paired:
+    """A paired difference over the users two results share: n, mean difference, interval."""
+
+    n: int
+    diff: float | None
+    ci: tuple[float, float] | None
+
+    @classmethod
+    def of(cls, condition: dict[str, float], baseline: dict[str, float]) -> Paired:
+        """`condition` - `baseline` per shared user ({user: value} each)."""
+        diffs = list(paired_differences(condition, baseline).values())
+        return cls(len(diffs), sum(diffs) / len(diffs) if diffs else None, mean_ci(diffs))
 
 
 def paired_differences(condition: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:

@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 SCORER_VERSION = "2"
-# 2: state accuracy, the no-memory control, the memory score pooled per period, the `format`
-#    failure class, factual recall on written memory over the whole episode so far.
+# 2: state accuracy, the no-memory control, the memory score as one ratio over all questions,
+#    the `format` failure class, factual recall on written memory over the whole episode so far.
 
 
 class QuestionRecord(BaseModel):

@@ -84,7 +84,7 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
                 "period": p,
                 **score_fields(s),
                 "factual_recall": factual_recall(mine),
-                "factual_recall_new": period_factual_recall(mine),
+                "factual_recall_per_period": period_factual_recall(mine),
             }
         )
     metrics = {

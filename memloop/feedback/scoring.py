@@ -37,7 +37,7 @@ from memloop.feedback.records import PeriodRecall, QuestionRecord
 
 Failure = Literal["format", "write", "read", "utilization"]
 FAILURES: tuple[Failure, ...] = ("format", "write", "read", "utilization")
-MIN_QUESTIONS_PER_CELL = 10  # below this many questions per period (on average), warn
+MIN_QUESTIONS_PER_PERIOD = 10  # below this many questions per period (on average), warn
 
 
 class MemoryScoreUndefined(UserWarning):
@@ -45,7 +45,7 @@ class MemoryScoreUndefined(UserWarning):
 
 
 class MemoryScoreUnstable(UserWarning):
-    """Fewer than MIN_QUESTIONS_PER_CELL questions per period: the ratio is noisy."""
+    """Fewer than MIN_QUESTIONS_PER_PERIOD questions per period: the ratio is noisy."""
 
 
 class NoMemoryAboveRandom(UserWarning):
@@ -121,6 +121,14 @@ class Scores(BaseModel):
     diagnosis: Diagnosis = Field(default_factory=Diagnosis)
 
 
+def by_period(records: Iterable[QuestionRecord]) -> dict[int, list[QuestionRecord]]:
+    """`records` grouped by period, in period order."""
+    periods: dict[int, list[QuestionRecord]] = defaultdict(list)
+    for r in records:
+        periods[r.period].append(r)
+    return dict(sorted(periods.items()))
+
+
 def ratio_score(records: list[QuestionRecord]) -> float | None:
     """(sum correct - sum random) / (sum UB - sum random) over `records`; None when UB <= random."""
     overall = sum(r.correct for r in records)
@@ -185,9 +193,7 @@ def score(
             counts[failure] += 1
     memory_score = ratio_score(records)
     cell_mean, cells_undefined = cell_mean_memory_score(records)
-    periods: dict[int, list[QuestionRecord]] = defaultdict(list)
-    for r in records:
-        periods[r.period].append(r)
+    periods = by_period(records)
     undefined = sum(1 for rs in periods.values() if ratio_score(rs) is None)
     per_period = len(records) / len(periods)
     if memory_score is None or undefined:
@@ -198,10 +204,10 @@ def score(
             MemoryScoreUndefined,
             stacklevel=2,
         )
-    if per_period < MIN_QUESTIONS_PER_CELL:
+    if per_period < MIN_QUESTIONS_PER_PERIOD:
         warnings.warn(
             f"the memory score pools {per_period:.1f} questions per period (fewer than "
-            f"{MIN_QUESTIONS_PER_CELL}): treat it and its per-period values as noisy",
+            f"{MIN_QUESTIONS_PER_PERIOD}): treat it and its per-period values as noisy",
             MemoryScoreUnstable,
             stacklevel=2,
         )
@@ -252,11 +258,8 @@ def quiet_score(
 
 def score_by_period(records: list[QuestionRecord]) -> dict[int, Scores]:
     lookup = index_records(records)
-    periods: dict[int, list[QuestionRecord]] = defaultdict(list)
-    for r in records:
-        periods[r.period].append(r)
     # warnings are reported once, for the whole run
-    return {p: quiet_score(rs, lookup) for p, rs in sorted(periods.items())}
+    return {p: quiet_score(rs, lookup) for p, rs in by_period(records).items()}
 
 
 def _supported_share(claims: list) -> float | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.stats import SMALL_N, mean_ci, paired_differences
+from memloop.core.stats import SMALL_N, Paired
 from memloop.core.tables import format_number, format_table
 from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize import tracking
@@ -29,20 +29,6 @@ from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
 
 HEADLINE_SPLIT = "test"
 PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain")
-
-
-@dataclass
-class Paired:
-    """A paired difference over the users two results share."""
-
-    n: int
-    diff: float | None
-    ci: tuple[float, float] | None
-
-    @classmethod
-    def of(cls, condition: dict[str, float], baseline: dict[str, float]) -> Paired:
-        diffs = list(paired_differences(condition, baseline).values())
-        return cls(len(diffs), sum(diffs) / len(diffs) if diffs else None, mean_ci(diffs))
 
 
 @dataclass

@@ -12,7 +12,7 @@ The conformance suites themselves live beside their Protocols:
 """
 
 from memloop.testing.evolvers import ScriptedEvolver, evolve_loop_reply, is_evolver_request
-from memloop.testing.fake_server import FakeOpenAIServer, fake_roles
+from memloop.testing.fake_server import FakeOpenAIServer, fake_roles, request_schema
 from memloop.testing.policies import ScriptedPolicy, scripted_builder
 from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
 
@@ -26,5 +26,6 @@ __all__ = [
     "fake_roles",
     "is_evolver_request",
     "request_kind",
+    "request_schema",
     "scripted_builder",
 ]

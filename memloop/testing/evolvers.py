@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from memloop.optimize.evolvers import EvolveStep
+from memloop.testing.fake_server import request_schema
 
 
 class ScriptedEvolver:
@@ -59,7 +60,7 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     the prompt states the user's situation as for the upper bound, the option sharing the most
     words with it; every other field "yes"); plain chat gets a short user-like line.
     """
-    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    schema = request_schema(body)
     if is_evolver_request(body):
         n = sum(1 for m in body["messages"] if "feedback" in str(m.get("content", "")).lower())
         text = (

@@ -153,6 +153,11 @@ def _child_serve(latency_s: float, reply: str, queue) -> None:
     server._httpd.serve_forever()
 
 
+def request_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema a chat request's `response_format` asks for; None for plain chat."""
+    return ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+
+
 def fake_roles(base_url: str, cache: str | Path | None = None) -> RoleClients:
     """RoleClients whose four roles share one client on `base_url`, cached at `cache`."""
     from memloop.llm.client import ChatClient

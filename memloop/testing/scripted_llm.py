@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memloop.testing.fake_server import request_schema
+
 Handler = Callable[[str, dict[str, Any]], Any]  # (text of the request, request body) -> answer
 
 
@@ -20,8 +22,7 @@ def _text(body: dict[str, Any]) -> str:
 
 def request_kind(body: dict[str, Any]) -> str:
     """'writer', 'facts', 'actions', 'probe' (any other JSON schema) or 'chat' (no schema)."""
-    response_format = body.get("response_format") or {}
-    schema = (response_format.get("json_schema") or {}).get("schema") or {}
+    schema = request_schema(body) or {}
     properties = schema.get("properties") or {}
     if "edits" in properties:
         return "writer"
@@ -29,7 +30,7 @@ def request_kind(body: dict[str, Any]) -> str:
         return "facts"
     if set(properties) == {"memory"}:
         return "actions"
-    return "probe" if response_format else "chat"
+    return "probe" if body.get("response_format") else "chat"
 
 
 class ScriptedMemoryLLM:
