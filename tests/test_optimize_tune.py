@@ -284,3 +284,37 @@ def test_an_undefined_objective_stops_tuning_and_state_accuracy_ranks_trials(tmp
     for t in done:  # each trial's value is its validation state accuracy
         assert t.values[0] == pytest.approx(t.user_attrs["state_accuracy"])
         assert t.user_attrs["memory_score"] is None
+
+
+def test_a_trial_failed_before_all_its_params_were_drawn_leaves_the_grid_whole(tmp_path):
+    """A worker killed between two suggestions (the race the dead-worker test can hit): the
+    failed trial gets the rest of its params, so the grid sampler still tries every other
+    setting (with only its first param, the grid lost that whole subtree: 19 of 27 trials)."""
+    from memloop.optimize.tune import _storage
+
+    config = load_config(write_config(tmp_path), TuneConfig)
+    (tmp_path / "mlruns").mkdir()
+    storage = _storage(config)
+    sampler = optuna.samplers.BruteForceSampler(seed=0)
+    study = optuna.create_study(study_name="s", storage=storage, sampler=sampler)
+    trial = study.ask()
+    trial.suggest_categorical("update_freq", config.update_freq)
+    storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    failed = study.trials[0]
+    assert failed.params == {
+        "update_freq": failed.params["update_freq"],
+        "short_term_len": config.short_term_len[0],
+        "top_k": config.top_k[0],
+    }
+    assert failed.system_attrs["memloop.params_filled"] == ["short_term_len", "top_k"]
+
+    def objective(t):
+        for name in ("update_freq", "short_term_len", "top_k"):
+            t.suggest_categorical(name, getattr(config, name))
+        return 0.0
+
+    grid = len(config.update_freq) * len(config.short_term_len) * len(config.top_k)
+    study.optimize(objective, n_trials=grid)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == grid - 1  # every setting but the failed one
+    assert len({tuple(sorted(t.params.items())) for t in study.trials}) == grid

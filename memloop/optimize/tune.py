@@ -67,17 +67,38 @@ def _storage(config: TuneConfig):
     sqlite = sqlite_file(config.storage) is not None
 
     class Storage(optuna.storages.RDBStorage):
-        """Claims of waiting trials under a file lock.
+        """Claims of waiting trials under a file lock, and no failed trial with half its params.
 
         sqlite has no SELECT ... FOR UPDATE, so two workers could both claim one waiting
         (enqueued or retried) trial.
         """
 
         def set_trial_state_values(self, trial_id, state, values=None):
+            if state == optuna.trial.TrialState.FAIL:
+                self._complete_params(trial_id)
             if not sqlite or state != optuna.trial.TrialState.RUNNING:
                 return super().set_trial_state_values(trial_id, state, values)
             with store_lock(config.storage):
                 return super().set_trial_state_values(trial_id, state, values)
+
+        def _complete_params(self, trial_id) -> None:
+            """Give a trial that failed before all its params were drawn the rest of them.
+
+            A worker killed before or between suggestions leaves a trial with part of its
+            params. The grid sampler then takes that finished prefix for a whole explored
+            subtree (the settings below it are never tried) and crashes when the trial's retry
+            completes the path. The missing params get each grid's first value (listed in the
+            system attribute `memloop.params_filled`): the failed trial stands for one setting,
+            like any other.
+            """
+            have = self.get_trial(trial_id).params
+            missing = [name for name in PARAMS if name not in have]
+            for name in missing:
+                choices = getattr(config, name)
+                distribution = optuna.distributions.CategoricalDistribution(choices)
+                self.set_trial_param(trial_id, name, 0, distribution)  # internal: the index
+            if missing:
+                self.set_trial_system_attr(trial_id, "memloop.params_filled", missing)
 
     return Storage(
         config.storage,
