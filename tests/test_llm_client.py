@@ -86,6 +86,26 @@ def test_repeat_call_is_served_from_cache(fake, tmp_path):
     assert len(fake.requests) == 2
 
 
+def test_a_draw_is_a_new_sample_only_when_the_endpoint_samples(fake, tmp_path):
+    from memloop.llm.client import DRAW_SEED_STRIDE
+
+    greedy = make_client(fake, tmp_path)
+    greedy.chat(MSGS, component="agent")
+    # at temperature 0 a draw cannot change the answer: the cached one is reused
+    assert greedy.with_draw(2).chat(MSGS, component="agent").cached
+    assert len(fake.requests) == 1 and "seed" not in fake.requests[0]
+
+    sampled = make_client(fake, tmp_path, temperature=0.7)
+    sampled.chat(MSGS, component="agent", sample=1)
+    sampled.with_draw(2).chat(MSGS, component="agent", sample=1)
+    assert [b["seed"] for b in fake.requests[1:]] == [1, 2 * DRAW_SEED_STRIDE + 1]
+    # each draw replays from the cache on a rerun; forks keep their draw
+    assert sampled.with_draw(2).fork().chat(MSGS, component="agent", sample=1).cached
+    assert len(fake.requests) == 3
+    with pytest.raises(ValueError):
+        sampled.with_draw(-1)
+
+
 def test_refresh_bypasses_cache_read(fake, tmp_path):
     client = make_client(fake, tmp_path)
     client.chat(MSGS, component="probe")

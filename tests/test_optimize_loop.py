@@ -52,6 +52,18 @@ def write_config(tmp_path: Path, **over) -> Path:
     return path
 
 
+# a baseline and an evolved condition, two users in each split
+BASELINE_AND_EVOLVED = dict(
+    feedback_modes=["none", "complete"],
+    environment={
+        "procedural": {"users": 6, "periods": 2, "questions": 2, "seed": 1},
+        "train_users": 2,
+        "val_users": 2,
+        "test_users": 2,
+    },
+)
+
+
 def run(tmp_path, fake, **over):
     from memloop.optimize.evolve import run_evolve
 
@@ -194,13 +206,7 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
         config, outcomes = run(
             tmp_path,
             fake,
-            feedback_modes=["none", "complete"],
-            environment={
-                "procedural": {"users": 6, "periods": 2, "questions": 2, "seed": 1},
-                "train_users": 2,
-                "val_users": 2,
-                "test_users": 2,
-            },
+            **BASELINE_AND_EVOLVED,
         )
     result = compare(config.tracking_uri, "unit")
     assert [(r.feedback_mode, r.evolver) for r in result["rows"]] == [
@@ -294,6 +300,17 @@ def split(memory_score, users=None):
     )
 
 
+def log_one_cycle_run(mlc, exp, key, tags, record):
+    """An MLflow run as evolve logs it, with one cycle `record` (a dict) and its prompts."""
+    from memloop.optimize import tracking
+
+    rid, _ = tracking.open_run(
+        mlc, exp, key, key, {"a": 1}, tags={f"memloop.{k}": v for k, v in tags.items()}
+    )
+    tracking.log_text(mlc, rid, json.dumps(record), "cycle/cycle_00.json")
+    tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
+
+
 def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
     from memloop.optimize import tracking
     from memloop.optimize.compare import compare, run_histories
@@ -352,20 +369,11 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
     evolved_users = {f"u{i}": 0.1 * i + (0.2 if i % 2 else 0.05) for i in range(5)}  # no u5
 
     def log_run(key, mode, evolver, users, *, old=False):
-        rid, _ = tracking.open_run(
-            mlc,
-            exp,
-            key,
-            key,
-            {"a": 1},
-            tags={"memloop.feedback_mode": mode, "memloop.evolver": evolver},
-        )
         record = CycleRecord(cycle=0, splits={"test": split(0.3, users)})
         data = _json.loads(record.model_dump_json())
         if old:  # a cycle written before scorer versions were recorded
             data.pop("scorer_version")
-        tracking.log_text(mlc, rid, _json.dumps(data), "cycle/cycle_00.json")
-        tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
+        log_one_cycle_run(mlc, exp, key, {"feedback_mode": mode, "evolver": evolver}, data)
 
     log_run("base", "none", "none", base_users)
     log_run("evolved", "complete", "reflective", evolved_users, old=True)
@@ -387,6 +395,114 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
 
     with pytest.raises(UserError, match="no baseline run 'nope'"):
         compare(uri, "paired", baseline="nope")
+
+
+def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
+    from memloop.llm.client import DRAW_SEED_STRIDE
+    from memloop.optimize.compare import compare, repeat_summaries
+    from memloop.optimize.evolve import run_evolve
+
+    def go(fake, **more):
+        config = load_config(write_config(tmp_path, **BASELINE_AND_EVOLVED, **more), EvolveConfig)
+        roles = fake_roles(fake.base_url, tmp_path / "c.sqlite", temperature=0.7)
+        return config, run_evolve(config, progress=False, clients=roles, builder=builder)
+
+    with FakeOpenAIServer(reply=fake_reply) as fake:
+        config, outcomes = go(fake, repeats=2)
+        sent = len(fake.requests)
+        seeds = {b["seed"] for b in fake.requests}
+        _, again = go(fake, repeats=2)
+        assert len(fake.requests) == sent  # every draw replays from checkpoints and the cache
+        _, single = go(fake)  # no repeats: the same run as repeat 0
+        assert len(fake.requests) == sent
+    assert [(o.mode, o.repeat) for o in outcomes] == [
+        ("none", 0),
+        ("none", 1),
+        ("complete", 0),
+        ("complete", 1),
+    ]
+    assert [o.run_id for o in again] == [o.run_id for o in outcomes]
+    assert [o.run_id for o in single] == [outcomes[0].run_id, outcomes[2].run_id]
+    assert "-none-none-r1-" in outcomes[1].run_dir.name
+    assert len({o.run_dir for o in outcomes}) == 4
+    # repeat 1 drew with its own seeds, and its model answers (here: the scripted policy's
+    # no-memory control, the one answer the fake model draws) differ from repeat 0's
+    assert any(s < DRAW_SEED_STRIDE for s in seeds) and any(s >= DRAW_SEED_STRIDE for s in seeds)
+
+    def answers(o):
+        return {u: v["no_memory"] for u, v in o.cycles[0].splits["test"].per_user.items()}
+
+    assert answers(outcomes[0]) != answers(outcomes[1])
+
+    result = compare(config.tracking_uri, "unit")
+    rows = result["rows"]
+    assert [(r.feedback_mode, r.repeat) for r in rows] == [(o.mode, o.repeat) for o in outcomes]
+    # each repeat is paired with the baseline's same repeat
+    assert [r.baseline.repeat for r in rows[2:]] == [0, 1]
+    base_s, evolved_s = repeat_summaries(rows)
+    assert (evolved_s.repeats, evolved_s.users) == (2, 2)
+    gains = [r.memory_gain for r in rows[2:]]
+    assert evolved_s.mean["memory_gain"] == pytest.approx(sum(gains) / 2)
+    assert evolved_s.sd["memory_gain"] == pytest.approx(abs(gains[0] - gains[1]) / 2**0.5)
+    assert not base_s.pooled  # the baseline is not compared with itself
+    assert "across repeats" in result["table"]
+    assert "paired, pooled over repeats" in result["table"]
+
+
+def test_repeats_without_sampling_are_refused_before_anything_runs(tmp_path):
+    from memloop.core.errors import UserError
+
+    with FakeOpenAIServer(reply=fake_reply) as fake:
+        with pytest.raises(UserError, match="key 'repeats': 3 repeats would draw the same"):
+            run(tmp_path, fake, repeats=3)  # fake_roles default: temperature 0
+        assert fake.requests == []
+    assert not (tmp_path / "runs").exists()
+
+
+def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
+    import json as _json
+
+    from memloop.optimize import tracking
+    from memloop.optimize.compare import compare
+    from memloop.optimize.cycles import CycleRecord
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlc = tracking.client(uri)
+    exp = tracking.experiment_id(mlc, "reps", uri)
+    users = [f"u{i}" for i in range(4)]
+    base = {0: {u: 0.1 * i for i, u in enumerate(users)}, 1: {u: 0.2 for u in users}}
+    evolved = {
+        0: {u: 0.1 * i + 0.3 for i, u in enumerate(users)},  # +0.3 each
+        1: {u: 0.2 + (0.1 if i % 2 else -0.1) for i, u in enumerate(users[:3])},  # no u3
+    }
+
+    def log_run(key, mode, evolver, repeat, per_user):
+        score = sum(per_user.values()) / len(per_user)
+        record = CycleRecord(cycle=0, splits={"test": split(score, per_user)})
+        tags = {"feedback_mode": mode, "evolver": evolver, "repeat": str(repeat)}
+        log_one_cycle_run(mlc, exp, key, tags, _json.loads(record.model_dump_json()))
+
+    for r in (0, 1):
+        log_run(f"base-r{r}", "none", "none", r, base[r])
+    for r in (0, 1):
+        log_run(f"evolved-r{r}", "complete", "reflective", r, evolved[r])
+    result = compare(uri, "reps")
+    from memloop.optimize.compare import repeat_summaries
+
+    _, summary = repeat_summaries(result["rows"])
+    # repeat 0: +0.3 for u0..u3; repeat 1: -0.1, +0.1, -0.1 for u0..u2 (u3 not in repeat 1)
+    per_user = {"u0": (0.3 - 0.1) / 2, "u1": (0.3 + 0.1) / 2, "u2": (0.3 - 0.1) / 2, "u3": 0.3}
+    pooled = summary.pooled["memory_score"]
+    assert pooled.n == 4
+    assert pooled.diff == pytest.approx(sum(per_user.values()) / 4)  # 0.7 / 4
+    assert pooled.diff == pytest.approx(0.175)
+    repeat_means = [0.3, (-0.1 + 0.1 - 0.1) / 3]
+    mean = sum(repeat_means) / 2
+    sd = (sum((m - mean) ** 2 for m in repeat_means) / 1) ** 0.5
+    assert summary.diff_sd["memory_score"] == pytest.approx(sd)
+    scores = [sum(evolved[r].values()) / len(evolved[r]) for r in (0, 1)]
+    assert summary.mean["memory_score"] == pytest.approx(sum(scores) / 2)
+    assert "+0.175 [" in result["table"]
 
 
 KILL_SCRIPT = """

@@ -24,7 +24,13 @@ def cache_key(
     messages: list[dict[str, Any]],
     params: dict[str, Any],
     sample: int,
+    draw: int = 0,
 ) -> str:
+    """The key of one request.
+
+    `draw` (a repeat of a whole run) enters it only when nonzero, so the keys of draw 0 are those
+    of a run without repeats.
+    """
     payload = {
         "base_url": base_url,
         "model": model,
@@ -32,6 +38,8 @@ def cache_key(
         "params": {k: v for k, v in params.items() if v is not None},
         "sample": sample,
     }
+    if draw:
+        payload["draw"] = draw
     return json_sha256(payload)
 
 

@@ -88,6 +88,9 @@ def _gate_for(endpoint: Endpoint) -> _EndpointGate:
         return gate
 
 
+DRAW_SEED_STRIDE = 100_003  # seed = draw * stride + sample: draws never share a seed
+
+
 def default_cache_path() -> Path:
     return cache_root() / "responses.sqlite"
 
@@ -120,6 +123,7 @@ class ChatClient:
         self._client_lock = threading.Lock()
         self._resolved_base_url: str | None = None
         self.requests_sent = 0
+        self.draw = 0  # which repeat of a whole run this client's sampled answers belong to
 
     def fork(self, usage: UsageTracker | None = None) -> ChatClient:
         """A client on the same endpoint, cache, connection and concurrency bound.
@@ -129,6 +133,19 @@ class ChatClient:
         twin = copy.copy(self)
         twin.usage = usage or UsageTracker()
         twin.requests_sent = 0
+        return twin
+
+    def with_draw(self, draw: int) -> ChatClient:
+        """A fork whose sampled answers are repeat `draw` of a run (`repeats:` in evolve).
+
+        At temperature > 0 every request of draw d gets its own seed and cache entry, so a repeat
+        draws the simulated user and the agent afresh and a rerun replays it exactly; at
+        temperature 0 a draw cannot change an answer, and the cache entry is shared.
+        """
+        if draw < 0:
+            raise ValueError(f"draw must be >= 0, got {draw}")
+        twin = self.fork()
+        twin.draw = draw
         return twin
 
     # -- connection ---------------------------------------------------------------------------
@@ -219,10 +236,15 @@ class ChatClient:
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "schema": schema, "strict": True},
             }
+        draw = 0
         if params["temperature"] > 0:
-            params["seed"] = sample  # reproducible distinct draws where the server honours seeds
+            draw = self.draw
+            # reproducible distinct draws where the server honours seeds
+            params["seed"] = draw * DRAW_SEED_STRIDE + sample
         base, model = self.cache_identity
-        key = cache_key(base_url=base, model=model, messages=messages, params=params, sample=sample)
+        key = cache_key(
+            base_url=base, model=model, messages=messages, params=params, sample=sample, draw=draw
+        )
         if use_cache and not refresh and self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

@@ -44,6 +44,21 @@ class RoleClients:
 
         return cls(get(agent), get(user_sim), get(checker), get(optimizer))
 
+    def with_draw(self, draw: int) -> RoleClients:
+        """The roles drawing repeat `draw` (ChatClient.with_draw); shared clients stay shared."""
+        made: dict[int, ChatClient] = {}
+
+        def get(client: ChatClient) -> ChatClient:
+            if id(client) not in made:
+                made[id(client)] = client.with_draw(draw)
+            return made[id(client)]
+
+        return RoleClients(*(get(getattr(self, role)) for role in ROLES))
+
+    def sampled(self) -> bool:
+        """Whether the agent or the simulated user samples (temperature > 0): repeats can differ."""
+        return any(c.endpoint.temperature > 0 for c in (self.agent, self.user_sim))
+
     def public(self) -> dict[str, Any]:
         """Each role's endpoint settings (no secrets), for params and run keys."""
         return {role: getattr(self, role).endpoint.public_dict() for role in ROLES}

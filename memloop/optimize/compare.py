@@ -53,6 +53,8 @@ class RunRow:
     # the selected cycle's per-user numbers on `split`: {metric: {user: value}}
     per_user: dict[str, dict[str, float]] = field(default_factory=dict)
     vs_baseline: dict[str, Paired] = field(default_factory=dict)  # metric -> paired difference
+    repeat: int = 0  # which draw of its condition (evolve's `repeats:`)
+    baseline: RunRow | None = None  # the baseline run `vs_baseline` was paired with
 
     @property
     def cycles(self) -> int:
@@ -61,6 +63,11 @@ class RunRow:
     @property
     def condition(self) -> str:
         return f"{self.feedback_mode}/{self.evolver}"
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """What makes the condition (its repeats share it)."""
+        return (self.feedback_mode, self.evolver, self.search)
 
     @property
     def delta(self) -> float | None:
@@ -124,28 +131,119 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         tokens=sum(sum(r.tokens.values()) for r in records),
         scorer_version=chosen.scorer_version if chosen else SCORER_VERSION,
         per_user={m: user_scores(chosen, split, m) for m in PAIRED_METRICS} if chosen else {},
+        repeat=int(tags.get("memloop.repeat", "0")),
     )
 
 
-def pick_baseline(rows: list[RunRow], baseline: str = "none") -> RunRow | None:
-    """The baseline row: `none` = the run without evolution; else a run id, name or condition."""
+def pick_baseline(rows: list[RunRow], baseline: str = "none") -> list[RunRow]:
+    """The baseline condition's rows (one per repeat).
+
+    `none` = the runs without evolution; else a run id, name, condition or evolver naming one of
+    the condition's runs.
+    """
     for r in rows:
-        if baseline == "none" and "none" in (r.feedback_mode, r.evolver):
-            return r
-        if baseline in (r.run_id, r.name, r.condition, r.evolver):
-            return r
-    return None
+        if (baseline == "none" and "none" in (r.feedback_mode, r.evolver)) or baseline in (
+            r.run_id,
+            r.name,
+            r.condition,
+            r.evolver,
+        ):
+            return [b for b in rows if b.group == r.group]
+    return []
 
 
-def pair_with_baseline(rows: list[RunRow], baseline: RunRow) -> None:
-    """Fill every other row's `vs_baseline`: per-user differences on the users both saw."""
+def pair_with_baseline(rows: list[RunRow], baselines: list[RunRow]) -> None:
+    """Fill every other condition's `vs_baseline`: per-user differences on the users both saw.
+
+    A run is paired with the baseline run of its own repeat (same draw index), or the baseline's
+    first repeat when the baseline has no such repeat.
+    """
+    by_repeat: dict[int, RunRow] = {}
+    for b in baselines:
+        by_repeat.setdefault(b.repeat, b)  # the earliest run of a repeat, as for one baseline
     for r in rows:
-        if r is baseline:
+        if any(r is b for b in baselines):
             continue
+        base = by_repeat.get(r.repeat) or by_repeat[min(by_repeat)]
+        r.baseline = base
         r.vs_baseline = {
-            m: Paired.of(r.per_user.get(m, {}), baseline.per_user.get(m, {}))
-            for m in PAIRED_METRICS
+            m: Paired.of(r.per_user.get(m, {}), base.per_user.get(m, {})) for m in PAIRED_METRICS
         }
+
+
+@dataclass
+class RepeatSummary:
+    """One condition over its repeats: the spread across draws and the pooled paired difference.
+
+    `mean`/`sd`: of the selected prompt's number on the headline users, across repeats.
+    `pooled`: each user's difference from the baseline averaged over the repeats both ran, then
+    the studentized interval over users (users are the independent unit). `diff_sd`: the SD of
+    the per-repeat mean differences (how much one repeat's comparison moves with the draw).
+    """
+
+    group: tuple[str, str, str]
+    repeats: int
+    users: int
+    mean: dict[str, float | None]
+    sd: dict[str, float | None]
+    pooled: dict[str, Paired] = field(default_factory=dict)
+    diff_sd: dict[str, float | None] = field(default_factory=dict)
+
+
+def _mean_sd(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+
+
+def _per_user_mean(maps: list[dict[str, float]]) -> dict[str, float]:
+    users = sorted({u for m in maps for u in m})
+    out = {}
+    for u in users:
+        values = [m[u] for m in maps if u in m]
+        out[u] = sum(values) / len(values)
+    return out
+
+
+def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
+    """Per condition (in first-seen order), its spread across repeats and pooled comparison."""
+    groups: dict[tuple[str, str, str], list[RunRow]] = {}
+    for r in rows:
+        groups.setdefault(r.group, []).append(r)
+    out = []
+    for key, members in groups.items():
+        mean, sd = {}, {}
+        for m in PAIRED_METRICS:
+            values = [v for v in (getattr(r, _ROW_FIELD[m]) for r in members) if v is not None]
+            mean[m], sd[m] = _mean_sd(values)
+        summary = RepeatSummary(
+            key, len(members), max((r.n_users for r in members), default=0), mean, sd
+        )
+        paired = [r for r in members if r.baseline is not None]
+        if paired:
+            for m in PAIRED_METRICS:
+                # matched per repeat: a user's condition and baseline values from the same draws
+                cond, base = [], []
+                for r in paired:
+                    assert r.baseline is not None
+                    shared = set(r.per_user.get(m, {})) & set(r.baseline.per_user.get(m, {}))
+                    cond.append({u: r.per_user[m][u] for u in shared})
+                    base.append({u: r.baseline.per_user[m][u] for u in shared})
+                summary.pooled[m] = Paired.of(_per_user_mean(cond), _per_user_mean(base))
+                diffs = [r.vs_baseline[m].diff for r in paired]
+                summary.diff_sd[m] = _mean_sd([d for d in diffs if d is not None])[1]
+        out.append(summary)
+    return out
+
+
+_ROW_FIELD = {
+    "memory_score": "selected",
+    "state_accuracy": "state_accuracy",
+    "memory_gain": "memory_gain",
+}
 
 
 def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") -> list[RunRow]:
@@ -161,10 +259,10 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
         if "memloop.feedback_mode" in run.data.tags:
             rows.append(make_row(run, run_records(mlc, run.info.run_id)))
     base = pick_baseline(rows, baseline)
-    if base is None and baseline != "none":
+    if not base and baseline != "none":
         names = ", ".join(r.condition for r in rows) or "none"
         raise UserError(f"no baseline run {baseline!r} in {experiment!r} (runs: {names})")
-    if base is not None:
+    if base:
         pair_with_baseline(rows, base)
     return rows
 
@@ -178,12 +276,20 @@ def _paired_cell(p: Paired | None) -> str:
     return text
 
 
+def _spread_cell(mean: float | None, sd: float | None) -> str:
+    if mean is None:
+        return "n/a"
+    return f"{mean:.3f}" + ("" if sd is None else f" ± {sd:.3f}")
+
+
 def format_rows(rows: list[RunRow]) -> str:
+    repeated = any(r.repeat for r in rows)
     marginal = [
         [
             r.feedback_mode,
             r.evolver,
             r.search,
+            *([r.repeat] if repeated else []),
             r.cycles,
             f"{r.split} {r.n_users}",
             "-" if r.selection is None else r.selection.cycle,
@@ -203,6 +309,7 @@ def format_rows(rows: list[RunRow]) -> str:
                 "feedback",
                 "evolver",
                 "search",
+                *(["repeat"] if repeated else []),
                 "cycles",
                 "users",
                 "selected",
@@ -214,29 +321,39 @@ def format_rows(rows: list[RunRow]) -> str:
                 "vs cycle 0 (paired)",
             ],
             marginal,
-            align="lllrlrrrrrrl",
+            align="lll" + ("r" if repeated else "") + "rlrrrrrrl",
         ),
     ]
-    base = next((r for r in rows if not r.vs_baseline), None) if rows else None
-    paired = [r for r in rows if r.vs_baseline]
-    if base is not None and paired:
+    paired = [r for r in rows if r.baseline is not None]
+    if paired:
+        base = paired[0].baseline
+        assert base is not None
         lines += [
             "",
             f"paired with the baseline {base.condition} on the same users "
-            "(mean per-user difference [95% interval]):",
+            "(mean per-user difference [95% interval])"
+            + (", each repeat with the baseline's same repeat:" if repeated else ":"),
             format_table(
-                ["condition", "n", *(f"diff {m}" for m in PAIRED_METRICS)],
+                [
+                    "condition",
+                    *(["repeat"] if repeated else []),
+                    "n",
+                    *(f"diff {m}" for m in PAIRED_METRICS),
+                ],
                 [
                     [
                         r.condition,
+                        *([r.repeat] if repeated else []),
                         r.vs_baseline[PAIRED_METRICS[0]].n,
                         *(_paired_cell(r.vs_baseline[m]) for m in PAIRED_METRICS),
                     ]
                     for r in paired
                 ],
-                align="lrlll",
+                align="l" + ("r" if repeated else "") + "rlll",
             ),
         ]
+    if repeated:
+        lines += ["", *format_repeats(repeat_summaries(rows))]
     lines.append(
         "intervals: studentized bootstrap 95% over users of the per-user differences; "
         "vs cycle 0 = selected prompt - initial prompt in the same run (memory score)"
@@ -257,6 +374,56 @@ def format_rows(rows: list[RunRow]) -> str:
             f"accuracy or no-memory control, another memory score): {names}"
         )
     return "\n".join(lines)
+
+
+def format_repeats(summaries: list[RepeatSummary]) -> list[str]:
+    """The spread across repeats and the comparison pooled over them (`repeat_summaries`)."""
+
+    def label(s: RepeatSummary) -> str:
+        mode, evolver, search = s.group
+        return f"{mode}/{evolver}" + ("" if search == "episode" else f" ({search})")
+
+    lines = [
+        "across repeats (each condition's selected prompt; mean ± SD over its repeats):",
+        format_table(
+            ["condition", "repeats", "users", *PAIRED_METRICS],
+            [
+                [
+                    label(s),
+                    s.repeats,
+                    s.users,
+                    *(_spread_cell(s.mean[m], s.sd[m]) for m in PAIRED_METRICS),
+                ]
+                for s in summaries
+            ],
+            align="lrr" + "l" * len(PAIRED_METRICS),
+        ),
+    ]
+    pooled = [s for s in summaries if s.pooled]
+    if pooled:
+        lines += [
+            "",
+            "paired, pooled over repeats (each user's difference averaged over the repeats, "
+            "then [95% interval] over users; sd = SD of the per-repeat mean differences):",
+            format_table(
+                ["condition", "repeats", "n", *(f"diff {m}" for m in PAIRED_METRICS)],
+                [
+                    [
+                        label(s),
+                        s.repeats,
+                        s.pooled[PAIRED_METRICS[0]].n,
+                        *(
+                            _paired_cell(s.pooled[m])
+                            + ("" if s.diff_sd[m] is None else f" sd {s.diff_sd[m]:.3f}")
+                            for m in PAIRED_METRICS
+                        ),
+                    ]
+                    for s in pooled
+                ],
+                align="lrr" + "l" * len(PAIRED_METRICS),
+            ),
+        ]
+    return lines
 
 
 def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: str = "best") -> str:

@@ -119,6 +119,13 @@ class EvolveConfig(_Strict):
         "and questions; what does not fit is left out and recorded",
     )
     gepa: GepaSettings = Field(default_factory=GepaSettings)
+    repeats: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="runs per condition, each with its own draws of the simulated user and the "
+        "agent (needs temperature > 0 on their endpoints); compare shows the spread across them",
+    )
     parallel_users: int = Field(2, ge=1)
     seed: int = 0
     tracking_uri: str = "sqlite:///mlruns/mlflow.db"

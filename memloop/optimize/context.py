@@ -108,6 +108,7 @@ class RunOutcome:
     cycles: list[CycleRecord] = field(default_factory=list)
     selection: Selection | None = None
     resumed: bool = False
+    repeat: int = 0
 
     @property
     def headline(self) -> float | None:
@@ -135,6 +136,7 @@ class RunContext:
         progress: bool = True,
         builder: Any = None,
         environment: tuple[list[UserItem], dict[str, Any]] | None = None,
+        repeat: int = 0,
     ):
         from memloop.policies import build_policy, load_policy_config
 
@@ -143,6 +145,7 @@ class RunContext:
         self.evolver_name = evolver
         self.search_name = search
         self.search_spec = search_spec
+        self.repeat = repeat  # which draw of the condition (clients come drawn already)
         self.progress = progress
         self.policy_config = load_policy_config(config.policy)
         self._build_policy = builder or build_policy
@@ -159,6 +162,8 @@ class RunContext:
         self.name = f"{self.policy_config.display_name}-{mode}-{evolver}"
         if search != "episode":
             self.name += f"-{search}"
+        if repeat:
+            self.name += f"-r{repeat}"
         self.run_dir = config.output_root / f"{self.name}-{self.key[:8]}"
         self.store = CycleStore(self.run_dir)
         self.prompt_registry_name = tracking.prompt_name(config.experiment_name, self.name)
@@ -190,6 +195,8 @@ class RunContext:
             "seed": config.seed,
             "scorer_version": SCORER_VERSION,
             "catalogue_sha256": catalogue_sha256(),
+            # repeat 0 keeps the key of a run without repeats: adding repeats later reuses it
+            **({"repeat": self.repeat} if self.repeat else {}),
         }
 
     def params(self) -> dict[str, Any]:
@@ -203,6 +210,7 @@ class RunContext:
                 "evolver": self.evolver_name,
                 "search": self.search_name,
                 "policy": self.policy_config.display_name,
+                "repeat": self.repeat,
             },
             "search_spec": self.search_spec,
             "policy_config": self.policy_config.model_dump(mode="json"),
@@ -281,10 +289,17 @@ class RunContext:
                 "memloop.search": self.search_name,
                 "memloop.policy": self.policy_config.display_name,
                 "memloop.prompt_name": self.prompt_registry_name,
+                "memloop.repeat": str(self.repeat),
             },
         )
         outcome = RunOutcome(
-            self.mode, self.evolver_name, self.search_name, run_id, self.run_dir, resumed=resumed
+            self.mode,
+            self.evolver_name,
+            self.search_name,
+            run_id,
+            self.run_dir,
+            resumed=resumed,
+            repeat=self.repeat,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(

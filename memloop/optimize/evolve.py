@@ -1,5 +1,8 @@
 """`memloop evolve`: every condition of an experiment, each a RunContext run by its search.
 
+Each condition runs `repeats` times; repeat r > 0 draws its own answers from the agent and the
+simulated user (`RoleClients.with_draw`), and repeat 0 is the run without repeats.
+
 The search is the config's `search:` (optimize/searches.py); the no-evolution baseline of a search
 that evolves itself (GEPA) runs as the episode search, which evaluates the initial prompts each
 cycle on the same users.
@@ -59,6 +62,12 @@ def run_evolve(
                 f"{search.name} selects on validation users; set val_users to at least 1"
             )
     clients = clients or role_clients(config.endpoints)
+    if config.repeats > 1 and not clients.sampled():
+        raise UserError(
+            f"{config.source or 'config'}: key 'repeats': {config.repeats} repeats would draw the "
+            "same answers: the agent and user_sim endpoints both have temperature 0 (give one of "
+            "them an endpoint file with temperature > 0, or set repeats: 1)"
+        )
     runs = [
         (
             RunContext(
@@ -67,20 +76,23 @@ def run_evolve(
                 evolver,
                 search.name,
                 search.spec(config),
-                clients=clients,
+                clients=clients.with_draw(repeat) if repeat else clients,
                 progress=progress,
                 builder=builder,
                 environment=environment,
+                repeat=repeat,
             ),
             search,
         )
         for mode, evolver, search in chosen
+        for repeat in range(config.repeats)
     ]
     outcomes = []
     for ctx, search in runs:
+        again = f" repeat={ctx.repeat}" if config.repeats > 1 else ""
         print(
             f"== {config.experiment_name}: feedback={ctx.mode} evolver={ctx.evolver_name} "
-            f"search={search.name}",
+            f"search={search.name}{again}",
             flush=True,
         )
         outcomes.append(ctx.run(search.cycles(ctx)))

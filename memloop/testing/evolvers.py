@@ -33,6 +33,18 @@ def is_evolver_request(body: dict[str, Any]) -> bool:
     return "<new_instructions>" in text or "``` blocks" in text
 
 
+def seeded_pick(prompt: str, seed: int) -> int:
+    """An option number of a multiple-choice prompt drawn from `seed` (2 when none is listed)."""
+    import hashlib
+    import re
+
+    options = re.findall(r"^(\d+)\. ", prompt, flags=re.M)
+    if not options:
+        return 2
+    digest = hashlib.sha256(f"{seed}\n{prompt}".encode()).digest()
+    return int(options[digest[0] % len(options)])
+
+
 def informed_pick(prompt: str) -> int:
     """The option number a fake model picks for a multiple-choice prompt.
 
@@ -59,6 +71,10 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     differs with the amount of feedback; schema requests get schema-valid JSON (answer 2, or, when
     the prompt states the user's situation as for the upper bound, the option sharing the most
     words with it; every other field "yes"); plain chat gets a short user-like line.
+
+    A sampled request (one that carries a `seed`: temperature > 0) answers a question the upper
+    bound did not inform with an option drawn from the seed and the prompt, so draws of a run
+    (evolve's `repeats:`) differ and each replays exactly.
     """
     schema = request_schema(body)
     if is_evolver_request(body):
@@ -77,5 +93,8 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
         return "Interesting, tell me more."
     props = schema["properties"]
     if "answer" in props:
-        return json.dumps({"answer": informed_pick(str(body["messages"][-1].get("content", "")))})
+        prompt = str(body["messages"][-1].get("content", ""))
+        if "seed" in body and "current situation:" not in prompt:
+            return json.dumps({"answer": seeded_pick(prompt, int(body["seed"]))})
+        return json.dumps({"answer": informed_pick(prompt)})
     return json.dumps({k: "yes" for k in props})

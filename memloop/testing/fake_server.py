@@ -158,11 +158,14 @@ def request_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     return ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
 
 
-def fake_roles(base_url: str, cache: str | Path | None = None) -> RoleClients:
+def fake_roles(
+    base_url: str, cache: str | Path | None = None, temperature: float = 0.0
+) -> RoleClients:
     """RoleClients whose four roles share one client on `base_url`, cached at `cache`."""
     from memloop.llm.client import ChatClient
     from memloop.llm.endpoint import Endpoint
     from memloop.llm.roles import RoleClients
 
-    client = ChatClient(Endpoint(model="m", base_url=base_url), cache=cache)
+    endpoint = Endpoint(model="m", base_url=base_url, temperature=temperature)
+    client = ChatClient(endpoint, cache=cache)
     return RoleClients(client, client, client, client)
