@@ -29,13 +29,13 @@ test: $(STAMP)
 
 # ruff (lint + format check) over the whole tree; mypy over the packages listed in pyproject.toml.
 lint: $(STAMP)
-	$(BIN)/ruff check memloop tests benchmarks
-	$(BIN)/ruff format --check memloop tests benchmarks
+	$(BIN)/ruff check memloop tests benchmarks examples
+	$(BIN)/ruff format --check memloop tests benchmarks examples
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix memloop tests benchmarks
-	$(BIN)/ruff format memloop tests benchmarks
+	$(BIN)/ruff check --fix memloop tests benchmarks examples
+	$(BIN)/ruff format memloop tests benchmarks examples
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -49,6 +49,35 @@ def test_check_policy_on_the_embedded_model(local_client, tmp_path, config):
     assert report.ok
 
 
+def test_the_example_plugin_on_the_embedded_model(local_client, tmp_path):
+    # examples/keyword_memory through the registry (type: file.py:Class), on the real model
+    from pathlib import Path
+
+    from memloop.policies import load_policy_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "keyword_memory"
+    policy = tmp_path / "keyword.yaml"
+    policy.write_text(
+        f"type: {example / 'keyword_memory.py'}:KeywordMemory\ntop_k: 2\n"
+        f"max_tokens: {REPLY_TOKENS}\n"
+    )
+    config = load_policy_config(policy)
+    report = check_policy(
+        lambda: build_policy(config, local_client, tmp_path / "work"),
+        conversation=PERIOD_1,
+        probes=(PROBE,),
+        probe_rounds=3,
+        workdir=tmp_path,
+    )
+    assert report.ok
+    plugin = build_policy(config, local_client, tmp_path / "work")
+    plugin.respond(PERIOD_2[0])
+    answer = plugin.answer("Where do I live now, after moving again?")
+    assert "Oslo" in answer.retrieved_memories[0]  # shares most words (live, now, again)
+    assert answer.text.strip()
+    plugin.close()
+
+
 def test_awi_memory_follows_a_change_of_city(local_client, tmp_path):
     # Off-policy replay with fixed replies: the writer sees exactly the user's statements.
     # (4, 0): one write per period, of both its turns.

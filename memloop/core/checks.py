@@ -16,6 +16,7 @@ class CheckReport:
     name: str
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    outcomes: list[tuple[str, str | None]] = field(default_factory=list)  # (check, problem|None)
 
     @property
     def ok(self) -> bool:
@@ -24,6 +25,7 @@ class CheckReport:
     def expect(self, condition: bool, check: str, problem: str) -> bool:
         """Record ``check``; when ``condition`` is false, also record ``problem``."""
         self.checks.append(check)
+        self.outcomes.append((check, None if condition else problem))
         if not condition:
             self.problems.append(problem)
         return condition

@@ -53,6 +53,11 @@ POLICY_MEMBERS = protocol_members(Policy)
 UNKNOWN_PROMPT = "no_such_prompt_name"
 
 
+def missing_members(cls: type) -> list[str]:
+    """The Policy contract's methods a class lacks (its instances set `name` themselves)."""
+    return [m for m in POLICY_MEMBERS if m != "name" and not callable(getattr(cls, m, None))]
+
+
 class PolicyCheckError(ContractError):
     """One or more promises of the Policy contract are broken; the message lists them."""
 

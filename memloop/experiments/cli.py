@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
         eval_cmd,
         llm_cmd,
         optimize_cmd,
+        policy_cmd,
         quickstart_cmd,
     )
 
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
     )
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
-    for module in (quickstart_cmd, llm_cmd, env_cmd, eval_cmd, optimize_cmd):
+    for module in (quickstart_cmd, llm_cmd, env_cmd, policy_cmd, eval_cmd, optimize_cmd):
         module.register(sub)
     return parser
 

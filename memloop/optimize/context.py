@@ -52,6 +52,27 @@ def load_environment(spec: EnvSpec) -> tuple[list[UserItem], dict[str, Any]]:
     return generate_procedural(**args), {"procedural": ProceduralSpec(**args).describe()}
 
 
+def load_policy(path: str | Path) -> Any:
+    """A policy YAML's config; a plug-in's class must have every method of the Policy contract.
+
+    The full conformance suite is `memloop policy check`; this refuses, in one line and before
+    anything runs, a class that cannot be one.
+    """
+    from memloop.environment.policy_check import missing_members
+    from memloop.policies import PluginConfig, load_policy_config, registry
+
+    config = load_policy_config(path)
+    if isinstance(config, PluginConfig):
+        cls = registry.plugin_class(config)
+        missing = missing_members(cls)
+        if missing:
+            raise UserError(
+                f"{path}: key 'type': {cls.__name__} does not meet the Policy contract: it has no "
+                f"{', '.join(missing)} (memloop policy check {path} lists every promise)"
+            )
+    return config
+
+
 def role_clients(endpoints: Any) -> RoleClients:
     return RoleClients.from_files(
         endpoints.agent, endpoints.user_sim, endpoints.checker, endpoints.optimizer
@@ -138,7 +159,7 @@ class RunContext:
         environment: tuple[list[UserItem], dict[str, Any]] | None = None,
         repeat: int = 0,
     ):
-        from memloop.policies import build_policy, load_policy_config
+        from memloop.policies import build_policy
 
         self.config = config
         self.mode = mode
@@ -147,7 +168,7 @@ class RunContext:
         self.search_spec = search_spec
         self.repeat = repeat  # which draw of the condition (clients come drawn already)
         self.progress = progress
-        self.policy_config = load_policy_config(config.policy)
+        self.policy_config = load_policy(config.policy)
         self._build_policy = builder or build_policy
         # (items, description) as load_environment gives them, when the caller has them already
         items, self.env_desc = environment or load_environment(config.environment)

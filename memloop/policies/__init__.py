@@ -8,14 +8,20 @@ The heavy libraries (DSPy, mem0, sentence-transformers) load only when a policy 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memloop.policies.base import Answer, BasePolicy
+from pydantic import BaseModel
+
+from memloop.core.errors import UserError
+from memloop.policies.base import Answer
 from memloop.policies.config import (
+    AnyPolicyConfig,
     AWEConfig,
     AWIConfig,
     NativeConfig,
+    PluginConfig,
     PolicyConfig,
     RAGConfig,
     load_policy_config,
@@ -27,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AWEConfig",
+    "AnyPolicyConfig",
+    "PluginConfig",
     "AWIConfig",
     "Answer",
     "NativeConfig",
@@ -38,6 +46,9 @@ __all__ = [
 ]
 
 
+_SCRATCH: list[tempfile.TemporaryDirectory] = []  # plug-ins' folders when none was given
+
+
 def build_policy(
     config: Any,
     client: ChatClient,
@@ -47,26 +58,33 @@ def build_policy(
 ) -> Any:
     """A fresh policy (empty memory) for `config`, calling `client`.
 
-    Files it needs while running go under `workdir`. `prompts` replaces some of its default
-    memory-write prompts.
+    Every type goes through the registry (policies/registry.py) and is built as
+    `Class(options, client, workdir)`. Files it needs while running go under `workdir` (a plug-in
+    always gets a folder: a temporary one, removed at exit, when the caller gives none).
+    `prompts` replaces some of its default memory-write prompts.
     """
-    policy: BasePolicy
-    if isinstance(config, NativeConfig):
-        from memloop.policies.native import NativePolicy
+    from memloop.policies import registry
 
-        policy = NativePolicy(config, client, workdir)
-    elif isinstance(config, AWIConfig):
-        from memloop.policies.awi import AWIPolicy
-
-        policy = AWIPolicy(config, client, workdir)
-    elif isinstance(config, AWEConfig):
-        from memloop.policies.external import AWEPolicy
-
-        policy = AWEPolicy(config, client, workdir)
-    elif isinstance(config, RAGConfig):
-        from memloop.policies.external import RAGPolicy
-
-        policy = RAGPolicy(config, client, workdir)
+    if isinstance(config, PluginConfig):
+        where = f"policy {config.type!r}"
+        cls = registry.plugin_class(config)
+        if workdir is None:
+            _SCRATCH.append(tempfile.TemporaryDirectory(prefix="memloop-policy-"))
+            workdir = _SCRATCH[-1].name
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            policy = cls(dict(config.options), client, Path(workdir))
+        except UserError:
+            raise
+        except Exception as exc:  # the plug-in's own error, in one line
+            raise UserError(
+                f"{where}: {cls.__name__}(options, client, workdir) failed: "
+                f"{type(exc).__name__}: {exc}".splitlines()[0]
+            ) from exc
+    elif isinstance(config, BaseModel) and getattr(config, "type", None) in registry.BUILTIN:
+        kind = config.type  # type: ignore[attr-defined]
+        cls = registry.load_class(registry.PolicySource(kind, registry.BUILTIN[kind], None), kind)
+        policy = cls(config, client, workdir)
     else:
         raise TypeError(f"not a policy config: {config!r}")
     if prompts:

@@ -106,9 +106,34 @@ class RAGConfig(_ExternalConfig):
         return f"rag-{self.update_freq}-{self.short_term_len}-{self.top_k}"
 
 
+class PluginConfig(BaseModel):
+    """A policy class from outside memloop (`type: package.module:Class` or `file.py:Class`).
+
+    Built as `Class(options, client, workdir)`; `options` holds every key of the YAML but `type`
+    and `name`. `source_sha256` (the plug-in file's hash) enters run identities, so an edited
+    plug-in is a new policy.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    name: str | None = None
+    target: str = Field(
+        description="the resolved class: 'package.module:Class' or '/path.py:Class'"
+    )
+    source_sha256: str | None = None
+    default_name: str = Field(description="the class's `name` attribute, else its lowercased name")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.default_name
+
+
 PolicyConfig = Annotated[
     NativeConfig | AWIConfig | AWEConfig | RAGConfig, Field(discriminator="type")
 ]
+AnyPolicyConfig = NativeConfig | AWIConfig | AWEConfig | RAGConfig | PluginConfig
 CONFIG_TYPES: dict[str, type[NativeConfig | AWIConfig | AWEConfig | RAGConfig]] = {
     "native": NativeConfig,
     "awi": AWIConfig,
@@ -117,25 +142,44 @@ CONFIG_TYPES: dict[str, type[NativeConfig | AWIConfig | AWEConfig | RAGConfig]] 
 }
 
 
-def parse_policy_config(data: Any, where: str) -> NativeConfig | AWIConfig | AWEConfig | RAGConfig:
+def parse_policy_config(data: Any, where: str, base_dir: Path | None = None) -> AnyPolicyConfig:
     """Validate a mapping (e.g. the `policy:` block of an experiment file) into a policy config.
 
-    `where` names the file (and block) in error messages.
+    `where` names the file (and block) in error messages; a plug-in file named by a relative path
+    is looked up under `base_dir` (the YAML file's folder). A plug-in's class is imported here, so
+    a `type:` that does not import is refused before anything runs.
     """
+    from memloop.policies import registry
+
     if not isinstance(data, dict):
         raise UserError(f"{where}: expected a mapping with a 'type' key")
     kind = data.get("type")
     if kind is None:
-        raise UserError(f"{where}: missing key 'type' (one of: {', '.join(CONFIG_TYPES)})")
-    cls = CONFIG_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise UserError(
-            f"{where}: key 'type': unknown policy type {kind!r} (one of: {', '.join(CONFIG_TYPES)})"
-        )
-    return parse_model(cls, data, where)
+        names = ", ".join(registry.known_names())
+        raise UserError(f"{where}: missing key 'type' (one of: {names}, or 'module:Class')")
+    if not isinstance(kind, str):
+        raise UserError(f"{where}: key 'type': expected a string, got {kind!r}")
+    cls = CONFIG_TYPES.get(kind)
+    if cls is not None:
+        return parse_model(cls, data, where)
+    source = registry.resolve(kind, where, base_dir)
+    plugin = registry.load_class(source, where)
+    label = getattr(plugin, "name", None)
+    name = data.get("name")
+    if name is not None and not isinstance(name, str):
+        raise UserError(f"{where}: key 'name': expected a string, got {name!r}")
+    options = {k: v for k, v in data.items() if k not in ("type", "name")}
+    return PluginConfig(
+        type=kind,
+        name=name,
+        target=source.target,
+        source_sha256=source.sha256(),
+        default_name=label if isinstance(label, str) and label else plugin.__name__.lower(),
+        options=options,
+    )
 
 
-def load_policy_config(path: str | Path) -> NativeConfig | AWIConfig | AWEConfig | RAGConfig:
-    """Read a policy YAML file (memloop/experiments/policies/*.yaml)."""
+def load_policy_config(path: str | Path) -> AnyPolicyConfig:
+    """Read a policy YAML file (memloop/experiments/policies/*.yaml, or a plug-in's)."""
     path = Path(path)
-    return parse_policy_config(load_yaml_mapping(path), str(path))
+    return parse_policy_config(load_yaml_mapping(path), str(path), base_dir=path.parent)

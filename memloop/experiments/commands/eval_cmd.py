@@ -80,15 +80,16 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.feedback.evaluate import run_evaluation
     from memloop.feedback.report import format_metrics
     from memloop.llm.roles import RoleClients
+    from memloop.optimize.context import load_policy
     from memloop.optimize.spec import run_spec
-    from memloop.policies import build_policy, load_policy_config
+    from memloop.policies import build_policy
 
     for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
         positive(name.replace("_", "-"), getattr(args, name))
     items = load_items(args.env)
     if args.users:
         items = items[: args.users]
-    config = load_policy_config(args.policy)
+    config = load_policy(args.policy)
     clients = RoleClients.from_files(
         args.endpoint,
         args.sim_endpoint or args.endpoint,

@@ -1,0 +1,64 @@
+"""`memloop policy check FILE.yaml`: the Policy contract's conformance suite on any policy.
+
+It builds the policy the YAML names (built-in or plug-in), drives fresh instances through the
+suite (environment/policy_check.py) and prints each check; every broken promise is one line, and
+the exit status is 2 when there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    policy = sub.add_parser("policy", help="policies: check one against the Policy contract")
+    policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
+    check = policy_sub.add_parser(
+        "check",
+        help="run the Policy conformance suite on the policy a YAML file names "
+        "(type: awi, or package.module:Class, or path/to/file.py:Class)",
+    )
+    check.add_argument("policy", metavar="FILE.yaml", help="policy YAML")
+    check.add_argument(
+        "--endpoint",
+        metavar="FILE",
+        help="endpoint YAML of the policy's model (default: the embedded local model)",
+    )
+    check.add_argument(
+        "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
+    )
+    check.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from memloop.environment.policy_check import check_policy
+    from memloop.llm.roles import RoleClients
+    from memloop.optimize.context import load_policy
+    from memloop.policies import build_policy
+
+    config = load_policy(args.policy)
+    client = RoleClients.from_files(args.endpoint, cache=args.cache or "default").agent
+    print(f"policy {config.display_name} ({args.policy}), model {client.endpoint.model}")
+    with tempfile.TemporaryDirectory(prefix="memloop-policy-check-") as tmp:
+        count = 0
+
+        def fresh():
+            nonlocal count
+            count += 1
+            return build_policy(config, client, f"{tmp}/policy-{count}")
+
+        try:
+            report = check_policy(fresh, workdir=tmp, raise_on_problem=False)
+        except Exception as exc:  # the policy's own error stops the suite: name it
+            first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            print(f"FAIL the suite stopped: the policy raised {first}")
+            return 2
+    for check, problem in report.outcomes:
+        print(f"  ok  {check}" if problem is None else f"FAIL {check}: {problem}")
+    if report.problems:
+        broken = len(report.problems)
+        print(f"{config.display_name}: {broken} broken promise(s) of the Policy contract")
+        return 2
+    print(f"{config.display_name}: meets the Policy contract ({len(report.checks)} checks)")
+    return 0
