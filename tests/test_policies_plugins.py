@@ -284,3 +284,35 @@ def test_plugin_yaml_paths_are_relative_to_the_yaml_folder(tmp_path, monkeypatch
     config = load_policy_config(sub / "p.yaml")
     assert config.target == f"{(sub / 'plug.py').resolve()}:Diary"
     assert textwrap.dedent(config.type) == "plug.py:Diary"
+
+
+def test_a_plugin_evolves_like_a_built_in(tmp_path, fake, outside_package):
+    import yaml
+
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.testing import fake_roles
+
+    (tmp_path / "diary.yaml").write_text("type: mydiary.policy:Diary\n")
+    experiment = {
+        "experiment": "plugin",
+        "environment": {
+            "procedural": {"users": 3, "periods": 1, "questions": 1, "seed": 2},
+            "train_users": 1,
+            "val_users": 1,
+            "test_users": 1,
+        },
+        "policy": "diary.yaml",
+        "cycles": 2,
+        "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        "out_dir": str(tmp_path / "runs"),
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    config = load_config(tmp_path / "exp.yaml", EvolveConfig)
+    roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
+    (outcome,) = run_evolve(config, progress=False, clients=roles)
+    assert [c.cycle for c in outcome.cycles] == [0, 1]
+    assert outcome.run_dir.name.startswith("diary-complete-reflective-")
+    first = json.loads((outcome.run_dir / "cycle_00" / "prompts.json").read_text())
+    assert first == {"diary": "Write everything down."}  # the plug-in's own prompts() evolve
+    assert outcome.cycles[1].splits["test"].users == 1
