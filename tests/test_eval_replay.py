@@ -13,19 +13,12 @@ from memloop.environment.datafile import save_items
 from memloop.environment.episode import load_record
 from memloop.environment.procedural import generate_procedural
 from memloop.experiments.cli import main
-from memloop.testing import FakeOpenAIServer, request_schema
+from memloop.testing import FakeOpenAIServer, schema_valid_reply
 
 POLICIES = Path(memloop.__file__).parent / "experiments" / "policies"
 
 
-def reply(body):
-    schema = request_schema(body)
-    if schema is None:
-        return "Noted, thanks."
-    props = schema["properties"]
-    if "answer" in props:
-        return json.dumps({"answer": 1})
-    return json.dumps({k: (p["enum"][0] if "enum" in p else "yes") for k, p in props.items()})
+reply = schema_valid_reply
 
 
 @pytest.fixture(scope="module")

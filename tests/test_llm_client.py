@@ -236,22 +236,45 @@ def test_invalid_json_is_reported_not_hidden(tmp_path, reply, needle):
     assert result.parsed is None and needle in result.json_error and result.text == reply
 
 
-def test_usage_counted_per_component(fake, tmp_path):
+def test_usage_counts_the_work_whether_sent_or_cached(fake, tmp_path):
     client = make_client(fake, tmp_path)
     client.chat(MSGS, component="agent")
-    client.chat(MSGS, component="agent")  # cache hit: no tokens
+    client.chat(MSGS, component="agent")  # cache hit: the same work, served from the cache
     client.chat([{"role": "user", "content": "x"}], component="memory")
     summary = client.usage.summary()
     assert summary["agent"] == {
         "calls": 1,
         "cached_calls": 1,
-        "prompt_tokens": 10,
-        "completion_tokens": 5,
-        "total_tokens": 15,
+        "prompt_tokens": 2 * 10,  # the fake server reports 10 prompt + 5 completion per answer
+        "completion_tokens": 2 * 5,
+        "cached_tokens": 15,
+        "total_tokens": 30,
     }
     assert summary["memory"]["calls"] == 1
-    assert summary["total"]["total_tokens"] == 30
-    assert client.usage.tokens_by_component() == {"agent": 15, "memory": 15}
+    assert summary["total"]["total_tokens"] == 45 and summary["total"]["cached_tokens"] == 15
+    assert client.usage.tokens_by_component() == {"agent": 30, "memory": 15}
+    # a rerun on the cache reports the same tokens as the run that sent the requests
+    rerun = make_client(fake, tmp_path)
+    rerun.chat(MSGS, component="agent")
+    rerun.chat(MSGS, component="agent")
+    assert rerun.usage.tokens_by_component() == {"agent": 30}
+    assert rerun.usage.summary()["agent"]["cached_tokens"] == 30
+
+
+@pytest.mark.parametrize("junk", ["not json at all", '{"ok": "yes"}'])
+def test_an_answer_that_breaks_its_schema_is_never_cached(tmp_path, junk):
+    with FakeOpenAIServer(reply=junk) as server:
+        client = make_client(server, tmp_path)
+        first = client.chat_json(MSGS, SCHEMA, component="probe")
+        assert first.json_error is not None
+        assert client.chat_json(MSGS, SCHEMA, component="probe").cached is False  # asked again
+        assert len(server.requests) == 2
+        server.reply = '{"ok": true}'  # the endpoint is fixed: the next run gets a valid answer
+        fixed = make_client(server, tmp_path).chat_json(MSGS, SCHEMA, component="probe")
+        assert fixed.parsed == {"ok": True} and not fixed.cached
+        again = make_client(server, tmp_path).chat_json(MSGS, SCHEMA, component="probe")
+        assert again.cached and again.parsed == {"ok": True}
+        assert len(server.requests) == 3
 
 
 def test_dspy_lm_goes_through_client(fake, tmp_path):

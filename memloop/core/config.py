@@ -68,7 +68,12 @@ def parse_model(cls: type[M], data: Any, where: str) -> M:
 
 
 def resolve_relative(value: str, yaml_path: str | Path) -> str:
-    """A path named inside ``yaml_path``, resolved against that file's folder."""
+    """A path named inside ``yaml_path``, resolved against that file's folder.
+
+    A URI (``hf://OWNER/NAME``, any ``scheme://``) is not a path and is left alone.
+    """
+    if "://" in value:
+        return value
     candidate = Path(value).expanduser()
     if candidate.is_absolute():
         return str(candidate)

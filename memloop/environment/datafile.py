@@ -113,12 +113,25 @@ def parse_text(text: str) -> tuple[list[UserItem], list[str]]:
     return parse_data(data)
 
 
+def local_path(path: str | os.PathLike[str]) -> Path:
+    """The local file a data path names.
+
+    An ``hf://OWNER/NAME[@REV][/FILE]`` reference is found in (or fetched into) the Hugging Face
+    cache by `memloop.environment.hf_data`; any other path is itself.
+    """
+    if isinstance(path, str) and path.startswith("hf://"):
+        from memloop.environment.hf_data import data_file  # imports huggingface_hub: only if used
+
+        return data_file(path)
+    return Path(path)
+
+
 def read_items(path: str | os.PathLike[str]) -> tuple[list[UserItem], list[str]]:
-    """Read a data.json file: the items that parsed and every violation.
+    """Read a data.json file (or an ``hf://`` reference): the items that parsed and every violation.
 
     Raises EnvFileError only when the file cannot be read at all.
     """
-    path = Path(path)
+    path = local_path(path)
     if path.is_dir():
         raise EnvFileError(f"{path}: is a directory; give the path of a data.json file")
     try:
@@ -135,7 +148,7 @@ def read_items(path: str | os.PathLike[str]) -> tuple[list[UserItem], list[str]]
 
 
 def load_items(path: str | os.PathLike[str]) -> list[UserItem]:
-    """Load a data.json file, raising EnvFileError if it has any violation.
+    """Load a data.json file (or an ``hf://`` reference), raising EnvFileError on any violation.
 
     The error is one line, naming the first problem.
     """

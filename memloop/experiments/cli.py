@@ -13,6 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     from memloop.experiments.commands import (
         env_cmd,
         eval_cmd,
+        import_cmd,
         llm_cmd,
         optimize_cmd,
         policy_cmd,
@@ -24,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
     )
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
-    for module in (quickstart_cmd, llm_cmd, env_cmd, policy_cmd, eval_cmd, optimize_cmd):
+    modules = (quickstart_cmd, llm_cmd, env_cmd, policy_cmd, eval_cmd, optimize_cmd, import_cmd)
+    for module in modules:
         module.register(sub)
     return parser
 

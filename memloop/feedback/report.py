@@ -97,16 +97,23 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         "per_period": per_period,
         "per_user": _per_user(questions, recalls),
         "usage": dict(sorted(usage.items())),
+        "usage_cached": dict(sorted(_usage(period_records, "cached_tokens").items())),
     }
     return metrics, [str(w.message) for w in caught]
 
 
-def _usage(period_records: Iterable[PeriodRecord]) -> dict[str, int]:
-    """Tokens per component summed over `period_records`."""
+def _usage(period_records: Iterable[PeriodRecord], key: str = "total_tokens") -> dict[str, int]:
+    """Tokens per component summed over `period_records` (`key`: the work, or `cached_tokens`).
+
+    Both count every answer the work needed, served from the endpoint or the response cache; a
+    period checkpointed before cached answers were counted (no `cached_tokens` row) counted
+    requests sent only.
+    """
     usage: dict[str, int] = {}
     for rec in period_records:
         for component, row in rec.usage.items():
-            usage[component] = usage.get(component, 0) + row.get("total_tokens", 0)
+            if component != "total":
+                usage[component] = usage.get(component, 0) + row.get(key, 0)
     return usage
 
 
@@ -289,5 +296,7 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         f"(episode: {format_number(metrics['factual_recall'])})"
     )
     usage = ", ".join(f"{k} {v}" for k, v in metrics["usage"].items())
-    lines.append(f"tokens: {usage or 'none (all cached)'}")
+    cached = sum(metrics.get("usage_cached", {}).values())
+    work = sum(metrics["usage"].values())
+    lines.append(f"tokens: {usage or 'none'} ({cached} of {work} served from the response cache)")
     return "\n".join(lines)

@@ -224,7 +224,8 @@ class ChatClient:
         """One chat completion.
 
         `sample` distinguishes repeated draws of the same request; `refresh` asks the endpoint even
-        on a cache hit (and stores the new answer).
+        on a cache hit (and stores the new answer). Only answers that validate against `schema`
+        enter the response cache.
         """
         params: dict[str, Any] = {
             "temperature": self.endpoint.temperature if temperature is None else temperature,
@@ -271,9 +272,12 @@ class ChatClient:
             completion_tokens=result.completion_tokens,
             cached=False,
         )
-        if use_cache and self.cache is not None:
+        result = self._finish(result, schema)
+        # junk is never cached: an answer that breaks its schema is asked again on the next run
+        # (a fixed endpoint is not stuck with it), and a cache hit always validates
+        if use_cache and self.cache is not None and result.json_error is None:
             self.cache.put(key, raw)
-        return self._finish(result, schema)
+        return result
 
     def chat_json(
         self,

@@ -1,6 +1,9 @@
 """Token accounting per component tag.
 
-The tags are user_sim, agent, memory, probe, checker, optimizer and generator.
+The tags are user_sim, agent, memory, probe, checker, optimizer and generator. Tokens count the
+work: an answer served from the response cache counts the tokens it took when it was made, so a
+resumed or repeated run reports what an uninterrupted one does; `cached_tokens` is the share of
+them served from the cache.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from dataclasses import asdict, dataclass
 class ComponentUsage:
     calls: int = 0  # requests sent to the endpoint
     cached_calls: int = 0  # answers served from the response cache
-    prompt_tokens: int = 0  # tokens of requests sent (cache hits add nothing)
+    prompt_tokens: int = 0  # tokens of every answer, sent or served from the cache
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt + completion tokens, those served from the cache
 
     @property
     def total_tokens(self) -> int:
@@ -35,8 +39,9 @@ class UsageTracker:
             row = self._by_component.setdefault(component, ComponentUsage())
             if cached:
                 row.cached_calls += 1
-                return
-            row.calls += 1
+                row.cached_tokens += prompt_tokens + completion_tokens
+            else:
+                row.calls += 1
             row.prompt_tokens += prompt_tokens
             row.completion_tokens += completion_tokens
 
@@ -56,6 +61,7 @@ class UsageTracker:
             total.cached_calls += r["cached_calls"]
             total.prompt_tokens += r["prompt_tokens"]
             total.completion_tokens += r["completion_tokens"]
+            total.cached_tokens += r["cached_tokens"]
         rows["total"] = asdict(total) | {"total_tokens": total.total_tokens}
         return rows
 

@@ -44,7 +44,7 @@ class EnvSpec(_Strict):
     - test: only evaluated, never selected on: the headline numbers.
     """
 
-    path: str | None = Field(None, description="a data.json file")
+    path: str | None = Field(None, description="a data.json file, or hf://OWNER/NAME")
     procedural: ProceduralEnv | None = None
     train_users: int = Field(2, ge=0, description="users the evolver learns from")
     val_users: int = Field(1, ge=0, description="users every selection is made on")
@@ -256,7 +256,7 @@ def load_config(path: str | Path, cls: type[_Strict]) -> Any:
     named = [("policy", config.policy), ("environment.path", config.environment.path)]
     named += [(f"endpoints.{role}", ref) for role, ref in config.endpoints.model_dump().items()]
     for key, ref in named:
-        if ref and not Path(ref).is_file():
+        if ref and "://" not in ref and not Path(ref).is_file():
             raise UserError(
                 f"{path}: key '{key}': no such file {ref} (paths inside a YAML file "
                 "are relative to that file's folder)"

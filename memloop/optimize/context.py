@@ -21,7 +21,7 @@ from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, file_sha256, json_sha256
 from memloop.environment.catalogue import catalogue_sha256
 from memloop.environment.data import UserItem
-from memloop.environment.datafile import load_items
+from memloop.environment.datafile import load_items, local_path
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.evaluate import EvaluationResult, run_evaluation, run_evaluation_groups
 from memloop.feedback.records import SCORER_VERSION, QuestionRecord
@@ -44,7 +44,8 @@ def load_environment(spec: EnvSpec) -> tuple[list[UserItem], dict[str, Any]]:
     and the sha256 of the catalogue it draws from, so an edited catalogue is a new environment.
     """
     if spec.path:
-        return load_items(spec.path), {"path": spec.path, "sha256": file_sha256(spec.path)}
+        local = local_path(spec.path)  # an hf:// reference: its file in the Hugging Face cache
+        return load_items(local), {"path": spec.path, "sha256": file_sha256(local)}
     from memloop.environment.procedural import ProceduralSpec, generate_procedural
 
     assert spec.procedural is not None  # EnvSpec requires exactly one of path / procedural

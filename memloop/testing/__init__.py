@@ -12,7 +12,12 @@ The conformance suites themselves live beside their Protocols:
 """
 
 from memloop.testing.evolvers import ScriptedEvolver, evolve_loop_reply, is_evolver_request
-from memloop.testing.fake_server import FakeOpenAIServer, fake_roles, request_schema
+from memloop.testing.fake_server import (
+    FakeOpenAIServer,
+    fake_roles,
+    request_schema,
+    schema_valid_reply,
+)
 from memloop.testing.policies import ScriptedPolicy, scripted_builder
 from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
 
@@ -27,5 +32,6 @@ __all__ = [
     "is_evolver_request",
     "request_kind",
     "request_schema",
+    "schema_valid_reply",
     "scripted_builder",
 ]

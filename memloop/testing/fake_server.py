@@ -158,6 +158,20 @@ def request_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     return ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
 
 
+def schema_valid_reply(body: dict[str, Any]) -> str:
+    """A reply that fits any request: a short line for chat, schema-valid JSON otherwise.
+
+    Multiple choice picks option 1; an enum its first value; any other property is "yes".
+    """
+    schema = request_schema(body)
+    if schema is None:
+        return "Noted, thanks."
+    props = schema["properties"]
+    if "answer" in props:
+        return json.dumps({"answer": 1})
+    return json.dumps({k: (p["enum"][0] if "enum" in p else "yes") for k, p in props.items()})
+
+
 def fake_roles(
     base_url: str, cache: str | Path | None = None, temperature: float = 0.0
 ) -> RoleClients:

@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Check a data.json file in the published AMemGym format. A valid file prints a "
         "summary; otherwise every problem is printed with its JSON path and the exit code is 2.",
     )
-    validate.add_argument("path", metavar="PATH", help="the data.json file to check")
+    validate.add_argument(
+        "path", metavar="PATH", help="the data.json file (or hf://OWNER/NAME) to check"
+    )
     validate.add_argument("--json", action="store_true", help="print the summary as JSON")
     validate.set_defaults(func=cmd_validate)
 
@@ -87,6 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     _register_generate(env_sub)
     _register_check(env_sub)
+    _register_pull(env_sub)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -266,7 +269,9 @@ def _register_check(env_sub: argparse._SubParsersAction) -> None:
         "predicts the values of the session's exposed variables; prints the agreement "
         "rate per user and overall (an automatic version of the paper's human check).",
     )
-    check.add_argument("path", metavar="PATH", help="the data.json file to check")
+    check.add_argument(
+        "path", metavar="PATH", help="the data.json file (or hf://OWNER/NAME) to check"
+    )
     check.add_argument(
         "--endpoint",
         metavar="FILE",
@@ -302,4 +307,45 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     if args.json:
         atomic_write_json(args.json, [s.__dict__ for s in report.sessions])
+    return 0
+
+
+_PULL_EPILOG = """\
+NAME is OWNER/NAME[@REVISION][/FILE], with or without hf:// in front. Without FILE every data.json
+of the dataset is fetched; FILE is a path ending in .json, or a folder (a config such as v1.base)
+holding a data.json. Files go to huggingface_hub's cache (HF_HUB_CACHE, else HF_HOME/hub), where
+`--env hf://NAME` finds them later without network. memloop sets HF_HUB_OFFLINE=1 unless you set
+it, so only the cache is read: download with `HF_HUB_OFFLINE=0 memloop env pull NAME`. Offline
+and not cached: one line saying what to do, exit code 2, nothing written.
+"""
+
+
+def _register_pull(env_sub: argparse._SubParsersAction) -> None:
+    pull = env_sub.add_parser(
+        "pull",
+        help="download environment data from the Hugging Face Hub (or find it in the cache)",
+        description="Fetch a dataset's data.json files into the Hugging Face cache (or find them "
+        "there) and print each one's local path and number of users. The published AMemGym "
+        "data is AGI-Eval/AMemGym (its file v1.base/data.json is what hf://AGI-Eval/AMemGym "
+        "loads).",
+        epilog=_PULL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pull.add_argument("name", metavar="NAME", help="dataset, e.g. AGI-Eval/AMemGym")
+    pull.set_defaults(func=cmd_pull)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Fetch (or find) the data files; print each one's path, user count and --env reference."""
+    from memloop.environment.datafile import load_items
+    from memloop.environment.hf_data import HfRef, pull
+
+    pulled = pull(args.name)
+    for filename, local in pulled.files:
+        users = len(load_items(local))
+        noun = "user" if users == 1 else "users"
+        print(f"{local}: {users} {noun} (--env {pulled.ref.uri(filename)})")
+    pinned = HfRef(pulled.ref.repo_id, pulled.commit)
+    example = pinned.uri(pulled.files[0][0]) if len(pulled.files) == 1 else pinned.uri() + "[/FILE]"
+    print(f"dataset {pulled.ref.repo_id} at commit {pulled.commit}; to pin it: --env {example}")
     return 0

@@ -74,7 +74,7 @@ def positive(name: str, value: int | None) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
     from memloop.core.files import atomic_write_json, file_sha256
-    from memloop.environment.datafile import load_items
+    from memloop.environment.datafile import load_items, local_path
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
@@ -108,7 +108,7 @@ def run_eval(args: argparse.Namespace) -> int:
     spec = run_spec(
         command="eval",
         env=str(args.env),
-        env_sha256=file_sha256(args.env),
+        env_sha256=file_sha256(local_path(args.env)),
         users=[it.id for it in items],
         periods=args.periods,
         policy=config.model_dump(mode="json"),
@@ -134,4 +134,30 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"warning: {note}")
     print(f"new model requests this run: {result.new_requests}")
     print(f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}")
+    return junk_verdict(result.metrics)
+
+
+JUNK_SHARE = 0.2  # above this share of unparsed answers a run's numbers describe the endpoint
+
+
+def junk_verdict(metrics: dict) -> int:
+    """Exit status of an eval: loud when many answers were not valid JSON, 2 when all were.
+
+    Unparsed answers are scored as `format` failures (never memory failures) and are never
+    cached, so a rerun after fixing the endpoint asks them again.
+    """
+    import sys
+
+    asked, junk = metrics.get("questions", 0), metrics.get("json_errors", 0)
+    if not asked or junk / asked <= JUNK_SHARE:
+        return 0
+    line = (
+        f"{junk} of {asked} answers ({junk / asked:.0%}) were not valid JSON for their schema: "
+        "they count as format failures, not memory failures; check the agent endpoint "
+        "(memloop llm check --endpoint FILE); they were not cached, so a rerun asks again"
+    )
+    if junk == asked:
+        print(f"error: every answer failed: {line}", file=sys.stderr)
+        return 2
+    print(f"WARNING: {line}", file=sys.stderr)
     return 0
