@@ -47,7 +47,9 @@ def test_an_endpoint_answering_prose_fails_loudly_and_leaves_nothing_cached(tmp_
     with FakeOpenAIServer(reply=prose) as server:
         assert main(eval_args(tmp_path, server, "junk")) == 2
         err = capsys.readouterr().err
-        assert "error: every answer failed: 8 of 8 answers (100%) were not valid JSON" in err
+        assert (
+            "memloop: error: every answer failed: 8 of 8 answers (100%) were not valid JSON" in err
+        )
         metrics = json.loads((tmp_path / "junk" / "metrics.json").read_text())
         assert metrics["json_errors"] == metrics["questions"] == 8
         # unparsed answers are format failures, never memory failures
@@ -100,3 +102,60 @@ def test_a_rerun_served_from_the_cache_reports_the_same_tokens(tmp_path, capsys)
     out = capsys.readouterr().out
     total = sum(second["usage"].values())
     assert f"({total} of {total} served from the response cache)" in out
+
+
+def test_a_rerun_with_other_settings_is_refused_before_anything_is_written(tmp_path, capsys):
+    with FakeOpenAIServer(reply=valid) as server:
+        args = eval_args(tmp_path, server, "run")
+        assert main(args) == 0
+        out = tmp_path / "run"
+        before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        sent = len(server.requests)
+        awi = str(NATIVE.parent / "awi.yaml")
+        changed = {
+            "policy": [*args[:4], awi, *args[5:]],
+            "rounds": [*args, "--rounds-update", "3"],
+            "periods": [*args, "--periods", "1"],
+            "users": [*args, "--users", "1"],
+        }
+        env = tmp_path / "env.json"
+        for key, argv in changed.items():
+            capsys.readouterr()
+            assert main(argv) == 2, key
+            err = capsys.readouterr().err.strip()
+            assert err.splitlines() == [
+                f"memloop: error: --out {out}: holds a run with other settings (changed: {key}); "
+                "choose "
+                "another --out, or --force to start over there"
+            ], err
+        # the same user ids with changed questions: the data hash differs
+        data = json.loads(env.read_text())
+        data[0]["qas"][0]["query"] += " (edited)"
+        env.write_text(json.dumps(data))
+        assert main(args) == 2
+        assert "(changed: env_sha256)" in capsys.readouterr().err
+        assert len(server.requests) == sent  # nothing was asked
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+        # --force starts over: the new settings' run, spec.json naming them
+        assert main([*changed["rounds"], "--force"]) == 0
+        spec = json.loads((out / "spec.json").read_text())["components"]
+        assert spec["rounds"] == {"init": 1, "update": 3}
+        assert len(server.requests) > sent
+
+
+def test_counts_beyond_the_environment_and_a_file_as_out_are_one_line(tmp_path, capsys):
+    with FakeOpenAIServer(reply=valid) as server:
+        args = eval_args(tmp_path, server, "x")
+        (tmp_path / "afile").write_text("")
+        cases = {
+            "--users 100: ": [*args, "--users", "100"],
+            "--periods 100: ": [*args, "--periods", "100"],
+            "is a file, not a folder": [*args[:-1], str(tmp_path / "afile")],
+        }
+        for needle, argv in cases.items():
+            capsys.readouterr()
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and needle in err, err
+        assert server.requests == []
+    assert not (tmp_path / "x").exists()

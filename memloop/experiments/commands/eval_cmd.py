@@ -55,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parallel-users", type=int, default=2, help="users run concurrently")
     p.add_argument("--cache", metavar="PATH", help="response cache file")
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="start over in an --out folder that holds a run with other settings (its "
+        "checkpoints and results are deleted)",
+    )
+    p.add_argument(
         "--replay",
         metavar="DIR",
         help="off-policy: feed the conversations recorded by an earlier eval (its --out folder) "
@@ -88,7 +94,12 @@ def run_eval(args: argparse.Namespace) -> int:
         positive(name.replace("_", "-"), getattr(args, name))
     items = load_items(args.env)
     if args.users:
+        if args.users > len(items):
+            raise UserError(f"--users {args.users}: {args.env} has {len(items)} users")
         items = items[: args.users]
+    most = max((it.num_periods for it in items), default=0)
+    if args.periods and args.periods > most:
+        raise UserError(f"--periods {args.periods}: {args.env} has at most {most} periods")
     config = load_policy(args.policy)
     clients = RoleClients.from_files(
         args.endpoint,
@@ -97,6 +108,8 @@ def run_eval(args: argparse.Namespace) -> int:
         cache=args.cache or "default",
     )
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a folder")
     replay_from = None
     if args.replay:
         if Path(args.replay).resolve() == out.resolve():
@@ -104,7 +117,6 @@ def run_eval(args: argparse.Namespace) -> int:
                 f"--replay {args.replay}: must differ from --out (it would be overwritten)"
             )
         replay_from = check_recording(items, args.replay, args.periods)
-    out.mkdir(parents=True, exist_ok=True)
     spec = run_spec(
         command="eval",
         env=str(args.env),
@@ -116,7 +128,12 @@ def run_eval(args: argparse.Namespace) -> int:
         rounds={"init": args.rounds_init, "update": args.rounds_update},
         replay=str(replay_from) if replay_from else None,
     )
-    atomic_write_json(out / "spec.json", spec, indent=2)
+    same_run_or_refuse(out, spec, force=args.force)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "spec.json", spec, indent=2)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror})") from None
     result = run_evaluation(
         items,
         lambda uid, workdir, client: build_policy(config, client, workdir),
@@ -135,6 +152,52 @@ def run_eval(args: argparse.Namespace) -> int:
     print(f"new model requests this run: {result.new_requests}")
     print(f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}")
     return junk_verdict(result.metrics)
+
+
+# what makes an eval's numbers: a rerun into the same --out must match on every one
+IDENTITY = ("env_sha256", "users", "periods", "policy", "endpoints", "rounds", "replay")
+RUN_FILES = ("spec.json", "metrics.json", "records.jsonl", "per_period.png", "episodes")
+
+
+def same_run_or_refuse(out: Path, spec: dict, *, force: bool) -> None:
+    """Resume only the same work.
+
+    An --out folder holding a run with other settings is refused in one line naming what differs,
+    before anything is written; `force` deletes that run's files first.
+    """
+    import json
+    import shutil
+
+    from memloop.core.errors import UserError
+
+    path = out / "spec.json"
+    if not path.is_file():
+        if out.is_dir() and (out / "episodes").exists() and not force:
+            raise UserError(
+                f"--out {out}: holds checkpoints but no spec.json (not a memloop eval folder, or "
+                "one cut short): choose another --out, or --force to start over"
+            )
+        return
+    try:
+        old = json.loads(path.read_text())
+        before = {**old["components"], "scorer_version": old.get("scorer_version")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: unreadable run spec ({exc}); choose another --out") from None
+    now = {**spec["components"], "scorer_version": spec["scorer_version"]}
+    differs = [k for k in (*IDENTITY, "scorer_version") if before.get(k) != now.get(k)]
+    if not differs:
+        return
+    if not force:
+        raise UserError(
+            f"--out {out}: holds a run with other settings (changed: {', '.join(differs)}); "
+            "choose another --out, or --force to start over there"
+        )
+    for name in RUN_FILES:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
 
 
 JUNK_SHARE = 0.2  # above this share of unparsed answers a run's numbers describe the endpoint
@@ -157,7 +220,7 @@ def junk_verdict(metrics: dict) -> int:
         "(memloop llm check --endpoint FILE); they were not cached, so a rerun asks again"
     )
     if junk == asked:
-        print(f"error: every answer failed: {line}", file=sys.stderr)
+        print(f"memloop: error: every answer failed: {line}", file=sys.stderr)
         return 2
     print(f"WARNING: {line}", file=sys.stderr)
     return 0
