@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import memloop
+from memloop.core.errors import UserError
 from memloop.environment.datafile import save_items
 from memloop.environment.procedural import generate_procedural
 from memloop.experiments.cli import main
@@ -159,3 +162,48 @@ def test_counts_beyond_the_environment_and_a_file_as_out_are_one_line(tmp_path, 
             assert len(err.splitlines()) == 1 and needle in err, err
         assert server.requests == []
     assert not (tmp_path / "x").exists()
+
+
+HOLD = """
+import sys, time
+from memloop.core.files import run_folder_lock
+with run_folder_lock(sys.argv[1], "memloop eval"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_live_process_holds_its_run_folder_and_a_killed_one_lets_go(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    from memloop.core.files import run_folder_lock
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with FakeOpenAIServer(reply=valid) as server:
+            args = eval_args(tmp_path, server, "run")
+            assert main(args) == 2
+            err = capsys.readouterr().err.strip()
+            assert err == (
+                f"memloop: error: {out}: in use by process {holder.pid} (memloop eval); "
+                "wait for it to finish, or use another folder"
+            )
+            assert server.requests == [] and not (out / "spec.json").exists()
+            holder.send_signal(signal.SIGKILL)  # the lock dies with its process
+            holder.wait(timeout=10)
+            assert main(args) == 0
+            assert (out / "metrics.json").is_file()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    # evolve's run folders use the same lock
+    with run_folder_lock(out, "memloop evolve"):
+        with pytest.raises(UserError, match=r"in use by process \d+ \(memloop evolve\)"):
+            with run_folder_lock(out, "memloop evolve"):
+                pass

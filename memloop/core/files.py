@@ -129,3 +129,42 @@ def file_lock(path: str | Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+LOCK_FILE = ".memloop.lock"
+
+
+@contextlib.contextmanager
+def run_folder_lock(folder: str | Path, command: str) -> Iterator[None]:
+    """Hold `folder` for this process while `command` works in it; refuse when another holds it.
+
+    The lock is the kernel's (flock on `folder/.memloop.lock`): it dies with its process, so a
+    lock left by a killed run is simply taken over. The holder's pid and command are written in
+    the file for the one-line refusal.
+    """
+    import fcntl
+
+    from memloop.core.errors import UserError
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UserError(
+                f"{folder}: in use by {holder}; wait for it to finish, or use another folder"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} ({command})")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, file_sha256, json_sha256
+from memloop.core.files import atomic_write_json, file_sha256, json_sha256, run_folder_lock
 from memloop.environment.catalogue import catalogue_sha256
 from memloop.environment.data import UserItem
 from memloop.environment.datafile import load_items, local_path
@@ -295,8 +295,14 @@ class RunContext:
     def run(self, cycles: Iterable[CycleRecord]) -> RunOutcome:
         """Open (or resume) the MLflow run, log every cycle of `cycles`, then select.
 
-        `cycles` is a search's (lazy) `cycles(self)`: it starts once the run is open.
+        `cycles` is a search's (lazy) `cycles(self)`: it starts once the run is open. The run
+        folder is this process's meanwhile: a second live `evolve` of the same condition is
+        refused in one line (core.files.run_folder_lock).
         """
+        with run_folder_lock(self.run_dir, "memloop evolve"):
+            return self._run(cycles)
+
+    def _run(self, cycles: Iterable[CycleRecord]) -> RunOutcome:
         mlc = tracking.client(self.config.tracking_uri)
         exp = tracking.experiment_id(mlc, self.config.experiment_name, self.config.tracking_uri)
         run_id, resumed = tracking.open_run(

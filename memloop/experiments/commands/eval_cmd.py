@@ -78,8 +78,10 @@ def positive(name: str, value: int | None) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    import contextlib
+
     from memloop.core.errors import UserError
-    from memloop.core.files import atomic_write_json, file_sha256
+    from memloop.core.files import atomic_write_json, file_sha256, run_folder_lock
     from memloop.environment.datafile import load_items, local_path
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
@@ -128,24 +130,30 @@ def run_eval(args: argparse.Namespace) -> int:
         rounds={"init": args.rounds_init, "update": args.rounds_update},
         replay=str(replay_from) if replay_from else None,
     )
-    same_run_or_refuse(out, spec, force=args.force)
+    if not args.force:
+        same_run_or_refuse(out, spec, force=False)  # before anything is written
+    folder = contextlib.ExitStack()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "spec.json", spec, indent=2)
+        folder.enter_context(run_folder_lock(out, "memloop eval"))
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write there ({exc.strerror})") from None
-    result = run_evaluation(
-        items,
-        lambda uid, workdir, client: build_policy(config, client, workdir),
-        out,
-        agent_client=clients.agent,
-        sim_client=clients.user_sim,
-        checker_client=clients.checker,
-        sim_config=SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update),
-        periods=args.periods,
-        max_users_in_parallel=args.parallel_users,
-        replay_from=replay_from,
-    )
+    with folder:  # a second live eval in this folder is refused until this one ends
+        same_run_or_refuse(out, spec, force=args.force)
+        atomic_write_json(out / "spec.json", spec, indent=2)
+        result = run_evaluation(
+            items,
+            lambda uid, workdir, client: build_policy(config, client, workdir),
+            out,
+            agent_client=clients.agent,
+            sim_client=clients.user_sim,
+            checker_client=clients.checker,
+            sim_config=SimulatorConfig(
+                rounds_init=args.rounds_init, rounds_update=args.rounds_update
+            ),
+            periods=args.periods,
+            max_users_in_parallel=args.parallel_users,
+            replay_from=replay_from,
+        )
     print(format_metrics(result.metrics))
     for note in result.metrics.get("warnings", []):
         print(f"warning: {note}")
