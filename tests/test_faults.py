@@ -207,3 +207,103 @@ def test_a_live_process_holds_its_run_folder_and_a_killed_one_lets_go(tmp_path, 
         with pytest.raises(UserError, match=r"in use by process \d+ \(memloop evolve\)"):
             with run_folder_lock(out, "memloop evolve"):
                 pass
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The error lines of stderr (progress bars are not errors)."""
+    return [line for line in stderr.splitlines() if line.startswith("memloop:")]
+
+
+def fault_args(tmp_path: Path, server: FakeOpenAIServer, out: str, **endpoint) -> list[str]:
+    """eval_args with an endpoint file carrying `endpoint` settings (retries, timeout)."""
+    args = eval_args(tmp_path, server, out)
+    path = tmp_path / f"{out}-endpoint.yaml"
+    lines = ["model: fake", f"base_url: {server.base_url}"]
+    lines += [f"{k}: {v}" for k, v in endpoint.items()]
+    path.write_text("\n".join(lines) + "\n")
+    args[args.index("--endpoint") + 1] = str(path)
+    return [*args, "--parallel-users", "1"]  # one request at a time: faults hit them in order
+
+
+@pytest.mark.parametrize(
+    ("fault", "needle"),
+    [
+        ("html", "a body that is not a chat completion: '<html><body><h1>502 Bad Gateway"),
+        ("cut", 'a body that is not a chat completion: \'{"id": "fake-1", "object"'),
+        ("empty_choices", 'a completion with no choices: \'{"id": "fake-1"'),
+    ],
+)
+def test_a_body_that_is_not_a_completion_is_retried_then_one_line(tmp_path, capsys, fault, needle):
+    with FakeOpenAIServer(reply=valid, failures=[fault] * 3) as server:
+        args = fault_args(tmp_path, server, "run", max_retries=2)
+        assert main(args) == 2
+        assert server.served[:3] == [fault] * 3  # retried like a 5xx: 1 + max_retries requests
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "answered 3 times for model 'fake' with " in err[0]
+    assert needle in err[0], err
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_transient_faults_are_retried_and_the_run_is_the_clean_run(tmp_path):
+    with FakeOpenAIServer(reply=valid) as server:
+        assert main(fault_args(tmp_path, server, "clean")) == 0
+    clean = json.loads((tmp_path / "clean" / "metrics.json").read_text())
+    # each fault hits a request whose retry then succeeds (one short backoff each)
+    faults = [f for fault in (429, 500, "html", "cut", "empty_choices", 503) for f in (fault, "ok")]
+    with FakeOpenAIServer(reply=valid, failures=faults, retry_after_s=0.1) as server:
+        args = fault_args(tmp_path, server, "faulty", max_retries=1)
+        args[args.index("--cache") + 1] = str(tmp_path / "other-cache.sqlite")
+        assert main(args) == 0
+        assert server.served[: len(faults)] == faults
+    faulty = json.loads((tmp_path / "faulty" / "metrics.json").read_text())
+    for key in ("overall", "state_accuracy", "json_errors", "questions", "diagnosis", "usage"):
+        assert faulty[key] == clean[key], key
+
+
+def test_a_rejected_key_is_one_line(tmp_path, capsys):
+    with FakeOpenAIServer(reply=valid, failures=[401]) as server:
+        assert main(fault_args(tmp_path, server, "run")) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "rejected the API key (HTTP 401)" in err[0]
+
+
+CTRL_C = """
+import sys
+from memloop.experiments.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_against_a_hanging_endpoint_stops_within_two_seconds(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with FakeOpenAIServer(reply=valid, failures=["hang"] * 50, hang_s=60) as server:
+        args = fault_args(tmp_path, server, "run", timeout_s=30)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CTRL_C, *args],
+            stderr=subprocess.PIPE,
+            text=True,
+            # a child of a background job would inherit an ignored SIGINT; restore the default
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not server.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert server.requests, "the run never asked the endpoint"
+            time.sleep(0.5)  # the request is hanging now
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 130, err
+    assert took < 2.0, took
+    assert "memloop: interrupted (finished work is checkpointed: rerun to resume)" in err
+    assert "Traceback" not in err

@@ -34,6 +34,6 @@ def exit_on_user_error(
         print(f"{prog}: error: {message}", file=out)
         return USER_ERROR_EXIT
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=out)
+        print(f"{prog}: interrupted (finished work is checkpointed: rerun to resume)", file=out)
         return 130
     return int(code or 0)

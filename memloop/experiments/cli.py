@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 from memloop.core.errors import exit_on_user_error
 from memloop.core.settings import apply_offline_defaults
@@ -35,7 +40,37 @@ def main(argv: list[str] | None = None) -> int:
     apply_offline_defaults()
     parser = build_parser()
     args = parser.parse_args(argv)
-    return exit_on_user_error(lambda: args.func(args))
+    with stop_requests_on_ctrl_c():
+        return exit_on_user_error(lambda: args.func(args))
+
+
+@contextlib.contextmanager
+def stop_requests_on_ctrl_c() -> Iterator[None]:
+    """Ctrl-C also stops every model request in flight (core.interrupt).
+
+    The command then ends within a second instead of after its requests' timeouts; finished work
+    stays checkpointed. Only where Ctrl-C has Python's default handler (a background job that
+    ignores SIGINT keeps ignoring it) and on the main thread.
+    """
+    from memloop.core import interrupt
+
+    interrupt.clear()
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+
+    def on_ctrl_c(signum: int, frame: Any) -> None:
+        interrupt.interrupt()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,7 @@ import jsonschema
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
+from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.settings import cache_root
 from memloop.llm.cache import ResponseCache, cache_key
@@ -30,7 +32,13 @@ from memloop.llm.errors import EndpointUnreachable
 from memloop.llm.model_files import resolve_packaged_model
 from memloop.llm.usage import UsageTracker
 
+
+class NotACompletion(Exception):
+    """HTTP 200 whose body is not a chat completion (HTML, cut JSON, no choices): retried."""
+
+
 RETRYABLE = (
+    NotACompletion,
     openai.APITimeoutError,
     openai.APIConnectionError,
     openai.RateLimitError,
@@ -317,15 +325,18 @@ class ChatClient:
                     self.requests_sent += 1
                 started = time.perf_counter()
                 try:
-                    resp = client.chat.completions.create(
-                        model=self.api_model_name,
-                        # Our messages are plain role/content dicts built by the callers; the SDK
-                        # types them as a union of TypedDicts, which a dict[str, Any] cannot be
-                        # proven to match statically.
-                        messages=cast(list[ChatCompletionMessageParam], messages),
-                        **kwargs,
+                    resp = _interruptible(
+                        lambda: client.chat.completions.with_raw_response.create(
+                            model=self.api_model_name,
+                            # Our messages are plain role/content dicts built by the callers; the
+                            # SDK types them as a union of TypedDicts, which a dict[str, Any]
+                            # cannot be proven to match statically.
+                            messages=cast(list[ChatCompletionMessageParam], messages),
+                            **kwargs,
+                        )
                     )
                     latency = time.perf_counter() - started
+                    completion = _completion(resp)
                 except RETRYABLE as exc:
                     error: Exception | None = exc
                 except openai.AuthenticationError:
@@ -355,13 +366,20 @@ class ChatClient:
                         f"cannot reach {self.resolved_base_url()} ({_short(error)}); start the "
                         "server or fix base_url in the endpoint file"
                     ) from None
+                if isinstance(error, NotACompletion):
+                    raise UserError(
+                        f"{self.resolved_base_url()} answered {attempt} times for model "
+                        f"{self.endpoint.model!r} with {error}; is base_url the OpenAI-compatible "
+                        "API (often ending in /v1)?"
+                    ) from None
                 raise UserError(
                     f"{self.resolved_base_url()} failed {attempt} times for model "
                     f"{self.endpoint.model!r}: {type(error).__name__}: {_short(error)}"
                 ) from None
-            time.sleep(self._backoff(attempt, error))
-        choice = resp.choices[0]
-        usage = resp.usage
+            interrupt.sleep(self._backoff(attempt, error))
+        choice = completion.choices[0]
+        usage = completion.usage
+        resp = completion
         return {
             "text": choice.message.content or "",
             "model": resp.model or self.api_model_name,
@@ -384,6 +402,45 @@ class ChatClient:
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.backoff_max_s))
         return delay
+
+
+def _completion(raw: Any) -> Any:
+    """The ChatCompletion of a raw response, or NotACompletion quoting what was received."""
+    text = raw.http_response.text
+    try:
+        parsed = raw.parse()
+    except Exception:  # a body the SDK cannot read as a completion
+        parsed = None
+    if parsed is None or isinstance(parsed, str) or not getattr(parsed, "choices", None):
+        received = " ".join(text.split())[:80]
+        if parsed is None or isinstance(parsed, str):
+            raise NotACompletion(f"a body that is not a chat completion: {received!r}")
+        raise NotACompletion(f"a completion with no choices: {received!r}")
+    return parsed
+
+
+def _interruptible(call: Callable[[], Any]) -> Any:
+    """`call()` on a daemon thread, waited for in slices: Ctrl-C ends the wait at once.
+
+    The abandoned request dies with the process (its answer was never cached).
+    """
+    interrupt.check()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="memloop-request", daemon=True).start()
+    interrupt.wait(done)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _short(error: Exception) -> str:

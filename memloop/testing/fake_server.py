@@ -1,7 +1,8 @@
 """A loopback fake of the OpenAI chat-completions API, for tests and benchmarks.
 
-It answers with a fixed or computed text after an optional delay, can fail with scripted HTTP
-statuses first, and records every request (with the Authorization header it saw) and the peak
+It answers with a fixed or computed text after an optional delay, can inject a scripted fault
+into each of the first requests (`failures`: an HTTP status or a named fault, see FAULTS), and
+records every request (with the Authorization header it saw), the faults it served and the peak
 number of requests in flight.
 """
 
@@ -20,17 +21,38 @@ if TYPE_CHECKING:
     from memloop.llm.roles import RoleClients
 
 
+# Named faults a request can be answered with (besides an int: that HTTP status with an error
+# body; 429 and 503 carry `Retry-After: retry_after_s`).
+FAULTS = {
+    "ok": "the normal reply",
+    "hang": "no answer for hang_s seconds, then the normal reply",
+    "html": "HTTP 200 with an HTML page",
+    "cut": "HTTP 200 with a chat completion cut in the middle of its JSON",
+    "empty_choices": "HTTP 200 with a completion whose choices list is empty",
+    "schema_violation": "a completion whose text is JSON that breaks any answer schema",
+    "prose": "a completion whose text is prose, not JSON",
+}
+
+
 class FakeOpenAIServer:
     def __init__(
         self,
         *,
         latency_s: float = 0.0,
         reply: Callable[[dict[str, Any]], str] | str = '{"ok": true}',
-        failures: list[int] | None = None,
+        failures: list[int | str] | None = None,
+        hang_s: float = 60.0,
+        retry_after_s: float = 0.0,
     ):
         self.latency_s = latency_s
         self.reply = reply
-        self.failures: deque[int] = deque(failures or [])
+        self.hang_s = hang_s
+        self.retry_after_s = retry_after_s
+        unknown = [f for f in failures or [] if isinstance(f, str) and f not in FAULTS]
+        if unknown:
+            raise ValueError(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
+        self.failures: deque[int | str] = deque(failures or [])
+        self.served: list[int | str] = []  # the fault (or 200) each request got, in order
         self.requests: list[dict[str, Any]] = []
         self.auth_headers: list[str] = []
         self.in_flight = 0
@@ -72,13 +94,34 @@ class FakeOpenAIServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
+            def _send(self, status: int, body: dict[str, Any] | bytes, **headers: str) -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", headers.pop("content_type", "application/json"))
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name.replace("_", "-"), value)
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout): nothing to answer
+
+            def _completion(self, body: dict[str, Any], text: str) -> dict[str, Any]:
+                return {
+                    "id": "fake-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "fake"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
@@ -88,44 +131,47 @@ class FakeOpenAIServer:
                     fake.auth_headers.append(self.headers.get("Authorization", ""))
                     fake.in_flight += 1
                     fake.peak_in_flight = max(fake.peak_in_flight, fake.in_flight)
-                    status = fake.failures.popleft() if fake.failures else 200
+                    fault = fake.failures.popleft() if fake.failures else 200
+                    fake.served.append(fault)
                 try:
                     if fake.latency_s:
                         time.sleep(fake.latency_s)
-                    if status != 200:
+                    if fault == "hang":
+                        time.sleep(fake.hang_s)
+                    if isinstance(fault, int) and fault != 200:
+                        extra = {}
+                        if fault in (429, 503):
+                            extra["Retry_After"] = f"{fake.retry_after_s:g}"
                         self._send(
-                            status,
+                            fault,
                             {
                                 "error": {
-                                    "message": f"scripted {status}",
+                                    "message": f"scripted {fault}",
                                     "type": "fake",
-                                    "code": status,
+                                    "code": fault,
                                 }
                             },
+                            **extra,
                         )
                         return
-                    text = fake.reply(body) if callable(fake.reply) else fake.reply
-                    self._send(
-                        200,
-                        {
-                            "id": "fake-1",
-                            "object": "chat.completion",
-                            "created": 0,
-                            "model": body.get("model", "fake"),
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": text},
-                                }
-                            ],
-                            "usage": {
-                                "prompt_tokens": 10,
-                                "completion_tokens": 5,
-                                "total_tokens": 15,
-                            },
-                        },
-                    )
+                    if fault == "html":
+                        page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+                        self._send(200, page, content_type="text/html")
+                        return
+                    if fault == "schema_violation":
+                        text = '{"unexpected": [1, 2, 3]}'
+                    elif fault == "prose":
+                        text = "Sure! I would go with the second option, it fits you best."
+                    else:
+                        text = fake.reply(body) if callable(fake.reply) else fake.reply
+                    completion = self._completion(body, text)
+                    if fault == "empty_choices":
+                        completion["choices"] = []
+                    if fault == "cut":
+                        data = json.dumps(completion).encode()
+                        self._send(200, data[: len(data) // 2])
+                        return
+                    self._send(200, completion)
                 finally:
                     with fake._lock:
                         fake.in_flight -= 1
