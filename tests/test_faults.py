@@ -14,6 +14,7 @@ from memloop.environment.datafile import save_items
 from memloop.environment.procedural import generate_procedural
 from memloop.experiments.cli import main
 from memloop.testing import FakeOpenAIServer, request_schema, schema_valid_reply
+from memloop.testing.commands import eval_argv
 
 NATIVE = Path(memloop.__file__).parent / "experiments" / "policies" / "native.yaml"
 
@@ -31,19 +32,7 @@ def eval_args(tmp_path: Path, server: FakeOpenAIServer, out: str) -> list[str]:
         save_items(generate_procedural(users=2, periods=1, questions=2, seed=4), env)
     endpoint = tmp_path / f"fake-{server.base_url.rsplit(':', 1)[1].split('/')[0]}.yaml"
     endpoint.write_text(f"model: fake\nbase_url: {server.base_url}\n")
-    return [
-        "eval",
-        "--env",
-        str(env),
-        "--policy",
-        str(NATIVE),
-        "--endpoint",
-        str(endpoint),
-        "--cache",
-        str(tmp_path / "cache.sqlite"),
-        "--out",
-        str(tmp_path / out),
-    ]
+    return eval_argv(env, NATIVE, endpoint, tmp_path / "cache.sqlite", tmp_path / out)
 
 
 def test_an_endpoint_answering_prose_fails_loudly_and_leaves_nothing_cached(tmp_path, capsys):
@@ -307,3 +296,29 @@ def test_ctrl_c_against_a_hanging_endpoint_stops_within_two_seconds(tmp_path):
     assert took < 2.0, took
     assert "memloop: interrupted (finished work is checkpointed: rerun to resume)" in err
     assert "Traceback" not in err
+
+
+def test_user_ids_get_distinct_folders_inside_the_run_and_validate_warns(tmp_path, capsys):
+    from memloop.core.files import safe_name
+
+    items = generate_procedural(users=4, periods=1, questions=1, seed=0)
+    for item, uid in zip(items, ["alice/1", "alice_1", "..", "plain-id"], strict=True):
+        item.id = uid
+    env = tmp_path / "ids.json"
+    save_items(items, env)
+    assert main(["env", "validate", str(env)]) == 0
+    err = capsys.readouterr().err
+    for uid in ("alice/1", ".."):
+        assert f"warning: user id {uid!r} is not a plain file name" in err
+    assert "'alice_1'" not in err and "'plain-id'" not in err
+    folders = [safe_name(i.id) for i in items]
+    assert len(set(folders)) == 4
+    assert all("/" not in f and f not in (".", "..") for f in folders)
+    with FakeOpenAIServer(reply=valid) as server:
+        args = eval_args(tmp_path, server, "ids")
+        args[args.index("--env") + 1] = str(env)
+        assert main(args) == 0
+    made = sorted(p.name for p in (tmp_path / "ids" / "episodes").iterdir())
+    assert made == sorted(folders)
+    metrics = json.loads((tmp_path / "ids" / "metrics.json").read_text())
+    assert sorted(metrics["per_user"]) == sorted(i.id for i in items)

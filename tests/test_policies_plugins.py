@@ -15,6 +15,7 @@ from memloop.environment.procedural import generate_procedural
 from memloop.experiments.cli import main
 from memloop.policies import PluginConfig, build_policy, load_policy_config
 from memloop.testing import FakeOpenAIServer, ScriptedMemoryLLM
+from memloop.testing.commands import eval_argv
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "keyword_memory"
 
@@ -55,19 +56,7 @@ def check(policy: Path, endpoint: Path, tmp_path: Path) -> int:
 def evaluate(policy: Path, endpoint: Path, tmp_path: Path, out: Path) -> int:
     env = tmp_path / "env.json"
     save_items(generate_procedural(users=2, periods=1, questions=1, seed=5), env)
-    return cli(
-        "eval",
-        "--env",
-        str(env),
-        "--policy",
-        str(policy),
-        "--endpoint",
-        str(endpoint),
-        "--cache",
-        str(tmp_path / "c"),
-        "--out",
-        str(out),
-    )
+    return main(eval_argv(env, policy, endpoint, tmp_path / "c", out))
 
 
 # a plug-in written outside the package: a module in its own folder

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from datetime import date
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,12 +47,31 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_DatesAsText)
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of keys to values at the top level")
     return data
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A parser error as one line: where it is (line and column, 1-based) and the problem.
+
+    A tab where YAML expects indentation is named as such, with what to do.
+    """
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = exc.problem
+        if "'\\t'" in problem:
+            problem = "a tab character (YAML indents with spaces only: replace the tab)"
+        return f"{where}{problem}"
+    return " ".join(str(exc).split())
+
+
+# what an unquoted YAML value becomes when it does not read as text
+_NOT_TEXT = {bool: "a boolean", int: "a number", float: "a number", date: "a date"}
 
 
 def parse_model(cls: type[M], data: Any, where: str) -> M:
@@ -64,7 +84,19 @@ def parse_model(cls: type[M], data: Any, where: str) -> M:
         if err["type"] == "extra_forbidden":
             allowed = ", ".join(cls.model_fields)
             raise UserError(f"{where}: unknown key '{key}' (allowed: {allowed})") from None
-        raise UserError(f"{where}: key '{key}': {err['msg']}") from None
+        value = err.get("input")
+        kind = next((k for t, k in _NOT_TEXT.items() if isinstance(value, t)), None)
+        if err["type"] == "string_type" and kind is not None:
+            raise UserError(
+                f"{where}: key '{key}': expected text, but YAML read the unquoted value as {kind} "
+                f"({value!r}); quote it"
+            ) from None
+        if err["type"] == "int_type":
+            raise UserError(
+                f"{where}: key '{key}': expected a whole number, got {value!r}"
+            ) from None
+        message = err["msg"].removeprefix("Value error, ")  # a validator's own words
+        raise UserError(f"{where}: key '{key}': {message}") from None
 
 
 def resolve_relative(value: str, yaml_path: str | Path) -> str:

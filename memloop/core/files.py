@@ -107,6 +107,30 @@ def sqlite_file(uri: str) -> Path | None:
     return path
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def sqlite_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be opened as a sqlite database file, or None.
+
+    A missing or empty file is fine (sqlite creates the database); a folder, an unreadable file or
+    one that does not start with the sqlite header is not. Only the first 16 bytes are read.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder, not a database file"
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if head and head != SQLITE_HEADER:
+        return "is not a sqlite database"
+    return None
+
+
 def store_lock(uri: str) -> contextlib.AbstractContextManager[Any]:
     """An inter-process lock beside a sqlite store (``<file>.lock``); a no-op for other URIs."""
     path = sqlite_file(uri)

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from memloop.core.config import yaml_problem
 from memloop.core.errors import UserError
 
 CATALOGUE_RESOURCE = "catalogue.yaml"
@@ -135,7 +136,7 @@ def parse_catalogue(data: bytes, source: str) -> Catalogue:
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise UserError(f"{source}: not valid YAML ({_yaml_problem(exc)})") from None
+        raise UserError(f"{source}: not valid YAML ({yaml_problem(exc)})") from None
     top = _mapping(raw, {"domains"}, source, "the top level")
     domains: dict[str, tuple[Variable, ...]] = {}
     variable_domain: dict[str, str] = {}
@@ -158,15 +159,6 @@ def parse_catalogue(data: bytes, source: str) -> Catalogue:
             variables.append(var)
         domains[domain] = tuple(variables)
     return Catalogue(domains=domains, sha256=hashlib.sha256(data).hexdigest(), source=source)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """A parser error as one line: the problem and where it is (line and column, 1-based)."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        return f"{where}{exc.problem}"
-    return " ".join(str(exc).split())
 
 
 def _variable(raw: Any, domain: str, source: str, where: str) -> Variable:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, safe_name
 from memloop.environment.data import UserItem
 from memloop.environment.policy import Policy
@@ -68,8 +69,51 @@ def period_dir(user_dir: Path, period: int) -> Path:
     return user_dir / f"period_{period:02d}"
 
 
+def _periods_of(item: UserItem, periods: int | None) -> int:
+    return min(periods or item.num_periods, item.num_periods)
+
+
 def load_record(path: Path) -> PeriodRecord:
     return PeriodRecord.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def _redo(folder: Path) -> str:
+    """What to do about a damaged checkpoint in the period folder `folder`."""
+    return (
+        f"delete {folder.name} and the later period folders beside it to redo from there, or "
+        "start over (memloop eval --force)"
+    )
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError) and exc.errors():
+        return exc.errors()[0]["msg"]
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def read_checkpoint(path: Path) -> PeriodRecord:
+    """The period record at `path`; a damaged one is one line naming it and what to delete."""
+    try:
+        return load_record(path)
+    except (OSError, ValueError) as exc:  # ValidationError and UnicodeDecodeError included
+        raise UserError(
+            f"{path}: damaged checkpoint ({_reason(exc)}); {_redo(path.parent)}"
+        ) from None
+
+
+def restore_policy(policy: Policy, directory: Path) -> None:
+    """Load the policy state saved in `directory` (a period folder's `policy/`) into `policy`.
+
+    A damaged state is one line naming it and what to delete.
+    """
+    try:
+        policy.load(directory)
+    except UserError as exc:  # names its file already
+        raise UserError(f"{exc}; {_redo(directory.parent)}") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"{directory}: damaged policy checkpoint ({_reason(exc)}); {_redo(directory.parent)}"
+        ) from None
 
 
 def finished_records(user_dir: Path, limit: int) -> list[PeriodRecord]:
@@ -79,7 +123,7 @@ def finished_records(user_dir: Path, limit: int) -> list[PeriodRecord]:
         path = period_dir(user_dir, p) / "record.json"
         if not path.is_file():
             break
-        records.append(load_record(path))
+        records.append(read_checkpoint(path))
     return records
 
 
@@ -124,7 +168,7 @@ class EpisodeRunner:
         self.probe = probe
         self.usage = usage
         self.replay = replay
-        self.n_periods = min(periods or item.num_periods, item.num_periods)
+        self.n_periods = _periods_of(item, periods)
         self.on_period = on_period
         self._restore_from: Path | None = None  # policy state to load before the next run period
 
@@ -137,9 +181,9 @@ class EpisodeRunner:
         path = period_dir(self.user_dir, p) / "record.json"
         if path.is_file():
             self._restore_from = period_dir(self.user_dir, p) / "policy"
-            return load_record(path)
+            return read_checkpoint(path)
         if self._restore_from is not None:
-            self.policy.load(self._restore_from)
+            restore_policy(self.policy, self._restore_from)
             self._restore_from = None
         if prompts is not None and prompts != self.policy.prompts():
             old, self.policy = self.policy, self.policy.with_prompts(prompts, keep_memory=True)
@@ -153,7 +197,7 @@ class EpisodeRunner:
         records = finished_records(self.user_dir, self.n_periods)
         resumed = len(records)
         if resumed:
-            self.policy.load(period_dir(self.user_dir, resumed - 1) / "policy")
+            restore_policy(self.policy, period_dir(self.user_dir, resumed - 1) / "policy")
         for p in range(resumed, self.n_periods):
             records.append(self._run_period(p))
             if self.on_period:
@@ -243,8 +287,6 @@ def load_replay(run_dir: Path, user_id: str) -> dict[int, list[list[dict[str, st
         record = load_record(path)
         replay[record.period] = [log.messages for log in record.sessions]
     if not replay:
-        from memloop.core.errors import UserError
-
         raise UserError(f"{user_dir}: no recorded periods to replay (run an on-policy eval first)")
     return replay
 
@@ -271,7 +313,12 @@ def run_episodes(
     from tqdm import tqdm
 
     out_dir = Path(out_dir)
-    total_periods = sum(min(periods or it.num_periods, it.num_periods) for it in items)
+    # every checkpoint is read before any user starts: a damaged one stops the run before work
+    already = {
+        it.id: len(finished_records(out_dir / safe_name(it.id), _periods_of(it, periods)))
+        for it in items
+    }
+    total_periods = sum(_periods_of(it, periods) for it in items)
     bar_users = tqdm(total=len(items), desc="users", unit="user", disable=not progress, position=0)
     bar_periods = tqdm(
         total=total_periods, desc="periods", unit="period", disable=not progress, position=1
@@ -304,8 +351,7 @@ def run_episodes(
                 replay=replay,
                 on_period=lambda _p: bar_periods.update(1),
             )
-            already = len(finished_records(user_dir, runner.n_periods))
-            bar_periods.update(already)
+            bar_periods.update(already[item.id])
             result = runner.run()
             result.usage = usage.summary()
         finally:

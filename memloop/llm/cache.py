@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memloop.core.files import json_sha256
+from memloop.core.errors import UserError
+from memloop.core.files import json_sha256, sqlite_problem
 
 
 def cache_key(
@@ -48,17 +49,60 @@ class ResponseCache:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._init_lock = threading.Lock()
         self.hits = 0  # lookups answered from the file by this object
         self.stores = 0  # new responses written by this object (= model responses received)
+        self._make_folder()
         with self._init_lock:
+            self._open_checked()
+
+    def _make_folder(self) -> None:
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            blocker = next((p for p in (folder, *folder.parents) if p.is_file()), None)
+            if blocker is not None:
+                raise UserError(
+                    f"{blocker}: is a file, not a folder, so the response cache {self.path} cannot "
+                    "be created there; point MEMLOOP_CACHE_DIR (or --cache) elsewhere"
+                ) from None
+            raise UserError(
+                f"{folder}: cannot create the response cache's folder ({exc.strerror}); point "
+                "MEMLOOP_CACHE_DIR (or --cache) elsewhere"
+            ) from None
+
+    def _open_checked(self) -> None:
+        """Open (or create) the file; anything but a response cache is one line naming it."""
+        if self.path.is_dir():
+            raise UserError(
+                f"{self.path}: is a folder; --cache takes a file, e.g. "
+                f"{self.path / 'responses.sqlite'}"
+            )
+        refusal = (
+            f"{self.path}: not a memloop response cache (sqlite): delete it or pass another --cache"
+        )
+        if sqlite_problem(self.path) is not None:
+            raise UserError(refusal)
+        try:
             conn = self._conn()
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS responses ("
                 " key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
             )
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
+        except sqlite3.OperationalError as exc:  # locked, unreadable, no space: not corruption
+            self.close()
+            raise UserError(
+                f"{self.path}: cannot open the response cache ({exc}); pass another --cache"
+            ) from None
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise UserError(f"{refusal} ({exc})") from None
+        if not {"key", "value", "created"} <= columns:
+            self.close()
+            raise UserError(refusal)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -66,9 +110,13 @@ class ResponseCache:
             conn = sqlite3.connect(
                 self.path, timeout=60.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA busy_timeout=60000")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                conn.execute("PRAGMA busy_timeout=60000")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                conn.close()
+                raise
             self._local.conn = conn
         return conn
 

@@ -362,6 +362,12 @@ class ChatClient:
                 if isinstance(error, openai.APIConnectionError) and not isinstance(
                     error, openai.APITimeoutError
                 ):
+                    cause = error.__cause__
+                    if isinstance(cause, httpx.ConnectError) and "SSL" in str(cause):
+                        raise UserError(
+                            f"{self.resolved_base_url()}: the TLS handshake failed ({cause}); "
+                            "is the server plain HTTP (use http://)?"
+                        ) from None
                     raise EndpointUnreachable(
                         f"cannot reach {self.resolved_base_url()} ({_short(error)}); start the "
                         "server or fix base_url in the endpoint file"

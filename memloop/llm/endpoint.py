@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memloop.core.config import load_yaml_mapping, parse_model
+from memloop.core.errors import UserError
 from memloop.llm.errors import MissingApiKey
 
 LOCAL = "local"
@@ -45,6 +46,16 @@ class Endpoint(BaseModel):
     context_window: int | None = Field(
         None, gt=0, description="tokens per request; defaults to 8192 for the embedded model"
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _has_a_scheme(cls, value: str) -> str:
+        if value != LOCAL and not value.lower().startswith(("http://", "https://")):
+            raise ValueError(
+                f"{value!r} has no scheme: add http:// or https:// (e.g. http://{value}), "
+                f"or write {LOCAL!r} for the embedded model"
+            )
+        return value
 
     @field_validator("api_key_env")
     @classmethod
@@ -88,6 +99,12 @@ class Endpoint(BaseModel):
         data = load_yaml_mapping(path)
         if "endpoint" in data and isinstance(data["endpoint"], dict) and len(data) == 1:
             data = data["endpoint"]
+        if not data:
+            # an empty file would silently become the embedded model: say so instead
+            raise UserError(
+                f"{path}: empty endpoint file; give at least base_url and model (or base_url: "
+                f"{LOCAL} for the embedded model)"
+            )
         return parse_model(cls, data, str(path))
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from memloop.core.files import safe_name, sqlite_file, store_lock
+from memloop.core.errors import UserError
+from memloop.core.files import safe_name, sqlite_file, sqlite_problem, store_lock
 from memloop.core.settings import apply_offline_defaults
 
 RUN_KEY_TAG = "memloop.run_key"
@@ -30,12 +31,35 @@ def _mlflow():
     return mlflow
 
 
+def check_store(tracking_uri: str) -> None:
+    """Refuse, in one line naming the file, a sqlite store that cannot be an MLflow database.
+
+    Creates the folder of a sqlite store; other URIs are left to MLflow.
+    """
+    try:
+        db = sqlite_file(tracking_uri)
+    except OSError as exc:
+        raise UserError(
+            f"{tracking_uri}: cannot create the folder of this tracking database "
+            f"({exc.strerror}); choose another tracking URI"
+        ) from None
+    if db is None:
+        return
+    problem = sqlite_problem(db)
+    if problem is not None:
+        raise UserError(
+            f"{db}: {problem}, so not an MLflow tracking database; choose another tracking URI "
+            "(--tracking-uri, or tracking_uri in the YAML file)"
+        )
+
+
 def client(tracking_uri: str):
     """An MlflowClient on `tracking_uri`; creates the folder of a sqlite store.
 
     The store is opened (and a new sqlite store's schema created) under the store's file lock:
     two processes starting on a fresh store would otherwise both run MLflow's migrations.
     """
+    check_store(tracking_uri)
     mlflow = _mlflow()
     mlflow.set_tracking_uri(tracking_uri)  # the prompt registry API reads the global URI
     with store_lock(tracking_uri):

@@ -124,8 +124,7 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise UserError(
-            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); the "
-            "checkpoint is damaged, delete it to redo that period"
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}): a damaged checkpoint"
         ) from None
 
 
@@ -231,16 +230,28 @@ class BasePolicy:
     def load(self, directory: Path | str) -> BasePolicy:
         directory = Path(directory)
         data = read_json(directory / STATE_FILE)
+        if not isinstance(data, dict):
+            raise UserError(
+                f"{directory / STATE_FILE}: not a policy checkpoint (not a JSON object)"
+            )
         if data.get("format") != STATE_FORMAT or data.get("type") != self.kind:
             raise UserError(
                 f"{directory / STATE_FILE}: a checkpoint of a {data.get('type')!r} "
                 f"policy (format {data.get('format')}), not of {self.kind!r} "
                 f"(format {STATE_FORMAT})"
             )
-        self.turns = int(data["turns"])
+        damaged = f"{directory / STATE_FILE}: a damaged checkpoint (missing or malformed"
+        try:
+            self.turns = int(data["turns"])
+            state = data["state"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{damaged} {exc})") from None
         self.sim_time = data.get("sim_time")
         self._load_extra(directory)
-        self._restore(data["state"])
+        try:
+            self._restore(state)
+        except (KeyError, TypeError) as exc:
+            raise UserError(f"{damaged} {exc})") from None
         return self
 
     def close(self) -> None:

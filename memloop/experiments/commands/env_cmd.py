@@ -112,6 +112,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{args.path}: valid")
         for line in summary.lines():
             print(f"  {line}")
+    from memloop.core.files import safe_name
+
+    for item in items:
+        folder = safe_name(item.id)
+        if folder != item.id:
+            print(
+                f"warning: user id {item.id!r} is not a plain file name: its checkpoints go to "
+                f"episodes/{folder} (a readable slug plus a hash, so no two ids share a folder "
+                "and none leaves the run folder)",
+                file=sys.stderr,
+            )
     return 0
 
 

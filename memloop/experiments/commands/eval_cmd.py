@@ -57,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="start over in an --out folder that holds a run with other settings (its "
-        "checkpoints and results are deleted)",
+        help="start over in the --out folder: its run's checkpoints and results are deleted "
+        "(needed when it holds a run with other settings or damaged checkpoints)",
     )
     p.add_argument(
         "--replay",
@@ -171,16 +171,18 @@ def same_run_or_refuse(out: Path, spec: dict, *, force: bool) -> None:
     """Resume only the same work.
 
     An --out folder holding a run with other settings is refused in one line naming what differs,
-    before anything is written; `force` deletes that run's files first.
+    before anything is written; `force` deletes the run's files first (whatever they hold).
     """
     import json
-    import shutil
 
     from memloop.core.errors import UserError
 
     path = out / "spec.json"
+    if force:  # start over, whatever the folder holds (other settings, damaged checkpoints)
+        _delete_run_files(out)
+        return
     if not path.is_file():
-        if out.is_dir() and (out / "episodes").exists() and not force:
+        if out.is_dir() and (out / "episodes").exists():
             raise UserError(
                 f"--out {out}: holds checkpoints but no spec.json (not a memloop eval folder, or "
                 "one cut short): choose another --out, or --force to start over"
@@ -193,13 +195,17 @@ def same_run_or_refuse(out: Path, spec: dict, *, force: bool) -> None:
         raise UserError(f"{path}: unreadable run spec ({exc}); choose another --out") from None
     now = {**spec["components"], "scorer_version": spec["scorer_version"]}
     differs = [k for k in (*IDENTITY, "scorer_version") if before.get(k) != now.get(k)]
-    if not differs:
-        return
-    if not force:
+    if differs:
         raise UserError(
             f"--out {out}: holds a run with other settings (changed: {', '.join(differs)}); "
             "choose another --out, or --force to start over there"
         )
+
+
+def _delete_run_files(out: Path) -> None:
+    """The files of an eval run in `out` (nothing else the folder holds)."""
+    import shutil
+
     for name in RUN_FILES:
         target = out / name
         if target.is_dir():

@@ -114,12 +114,34 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Refuse, in one line, a port out of range or one another program already listens on."""
+    import socket
+
+    from memloop.core.errors import UserError
+
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port}: must be 1-65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(
+                f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
+                "choose another --port"
+            ) from None
+
+
 def run_ui_cmd(args: argparse.Namespace) -> int:
     import os
     import sys
 
     from memloop.core.settings import apply_offline_defaults
+    from memloop.optimize.tracking import check_store
 
+    check_port_free(args.port)
+    check_store(args.tracking_uri)
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
     cmd = [
         sys.executable,

@@ -1,0 +1,395 @@
+"""Bad input through the command line: each is one line on stderr naming the file, folder, URL,
+key or option at fault and what to do, exit code 2 (non-zero for a busy port), and no output
+presented as complete.
+
+Not tested here: read-only files and folders (the tests run as root, who may write anywhere).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+import memloop
+from memloop.environment.datafile import save_items
+from memloop.environment.procedural import generate_procedural
+from memloop.experiments.cli import main
+from memloop.testing import FakeOpenAIServer, schema_valid_reply
+from memloop.testing.commands import eval_argv as memloop_eval_argv
+
+POLICIES = Path(memloop.__file__).parent / "experiments" / "policies"
+NATIVE = POLICIES / "native.yaml"
+
+
+@pytest.fixture(autouse=True)
+def no_progress_bars(monkeypatch):
+    """Progress bars are drawn on stderr too; they are not error lines, so keep them off here."""
+    import tqdm
+
+    class Quiet(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", Quiet)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeOpenAIServer(reply=schema_valid_reply) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, server) -> Path:
+    """A folder holding the environment, the endpoint file and the response cache of the evals."""
+    root = tmp_path_factory.mktemp("shared")
+    save_items(generate_procedural(users=2, periods=1, questions=1, seed=0), root / "env.json")
+    (root / "endpoint.yaml").write_text(f"model: fake\nbase_url: {server.base_url}\n")
+    return root
+
+
+def eval_argv(shared: Path, out: Path, *extra: str, policy: Path = NATIVE) -> list[str]:
+    files = (shared / "env.json", policy, shared / "endpoint.yaml", shared / "cache.sqlite", out)
+    return [*memloop_eval_argv(*files), *extra]
+
+
+def one_error_line(capsys, *words: str) -> str:
+    """The single stderr line (asserted to be the only one), checked for `words`."""
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    line = lines[0]
+    assert line.startswith("memloop: error: "), line
+    for word in words:
+        assert word in line, (word, line)
+    assert "wrote " not in captured.out, captured.out  # nothing announced as written
+    return line
+
+
+def refused_before_any_output(out: Path) -> None:
+    assert not (out / "metrics.json").exists()
+    assert not (out / "records.jsonl").exists()
+
+
+# -- 1. the response cache ---------------------------------------------------------------------
+
+
+def test_a_corrupt_cache_file_is_one_line_naming_it(shared, tmp_path, capsys):
+    bad = tmp_path / "cache.sqlite"
+    bad.write_bytes(b"\x00garbage, not sqlite\xff" * 200)
+    argv = eval_argv(shared, tmp_path / "out")
+    argv[argv.index("--cache") + 1] = str(bad)
+    assert main(argv) == 2
+    one_error_line(capsys, str(bad), "not a memloop response cache (sqlite)", "--cache")
+    assert not (tmp_path / "out").exists()
+    assert bad.read_bytes().startswith(b"\x00garbage")  # left as it was
+
+
+def test_a_sqlite_file_of_something_else_is_not_taken_as_a_cache(shared, tmp_path, capsys):
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE responses (id INTEGER, body BLOB)")
+    argv = eval_argv(shared, tmp_path / "out")
+    argv[argv.index("--cache") + 1] = str(other)
+    assert main(argv) == 2
+    one_error_line(capsys, str(other), "not a memloop response cache")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_as_cache_is_one_line(shared, tmp_path, capsys):
+    folder = tmp_path / "cachedir"
+    folder.mkdir()
+    argv = eval_argv(shared, tmp_path / "out")
+    argv[argv.index("--cache") + 1] = str(folder)
+    assert main(argv) == 2
+    one_error_line(capsys, f"{folder}: is a folder", "--cache")
+    assert not (tmp_path / "out").exists()
+
+
+def test_memloop_cache_dir_naming_a_file_is_one_line(shared, tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "not-a-folder"
+    afile.write_text("x")
+    monkeypatch.setenv("MEMLOOP_CACHE_DIR", str(afile))
+    argv = eval_argv(shared, tmp_path / "out")
+    i = argv.index("--cache")
+    del argv[i : i + 2]  # the default cache, under MEMLOOP_CACHE_DIR
+    assert main(argv) == 2
+    one_error_line(capsys, f"{afile}: is a file, not a folder", "MEMLOOP_CACHE_DIR")
+    assert not (tmp_path / "out").exists()
+
+
+# -- 2. damaged checkpoints in an eval's --out -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(shared, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(eval_argv(shared, out)) == 0
+    return out
+
+
+def cut_short(finished_run: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the finished run as a killed one leaves it: no results, the last period of the
+    first user unfinished. Returns (the copy, the first user's folder)."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    for name in ("metrics.json", "records.jsonl", "per_period.png"):
+        (out / name).unlink()
+    user = sorted((out / "episodes").iterdir())[0]
+    shutil.rmtree(user / "period_01")
+    return out, user
+
+
+def test_a_cut_period_record_is_one_line_naming_it(shared, finished_run, tmp_path, capsys, server):
+    out, user = cut_short(finished_run, tmp_path)
+    record = user / "period_00" / "record.json"
+    record.write_text(record.read_text()[: len(record.read_text()) // 2])
+    sent = len(server.requests)
+    assert main(eval_argv(shared, out)) == 2
+    one_error_line(capsys, f"{record}: damaged checkpoint", "delete period_00", "--force")
+    refused_before_any_output(out)
+    assert len(server.requests) == sent  # refused before any user started
+    # the advice works: without that period folder the run resumes and finishes
+    shutil.rmtree(user / "period_00")
+    assert main(eval_argv(shared, out)) == 0
+    assert (out / "metrics.json").is_file()
+    # and so does the other: --force starts over on a damaged run
+    record = next((out / "episodes").glob("*/period_00/record.json"))
+    record.write_text(record.read_text()[:10])
+    assert main([*eval_argv(shared, out), "--force"]) == 0
+    assert (out / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: text[: len(text) // 2],  # cut
+        lambda text: "[1, 2]",  # JSON, but not a policy state
+        lambda text: '{"format": 1, "type": "native"}',  # keys missing
+    ],
+    ids=["cut", "not-an-object", "keys-missing"],
+)
+def test_a_damaged_policy_state_is_one_line_naming_it(
+    shared, finished_run, tmp_path, capsys, damage
+):
+    out, user = cut_short(finished_run, tmp_path)
+    state = user / "period_00" / "policy" / "policy.json"
+    state.write_text(damage(state.read_text()))
+    assert main(eval_argv(shared, out)) == 2
+    one_error_line(capsys, str(state), "delete period_00", "--force")
+    refused_before_any_output(out)
+
+
+# -- 3. compare on a file that is not a database -----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["text file", "folder"])
+def test_compare_on_a_file_that_is_not_a_database_is_one_line(tmp_path, capsys, kind):
+    target = tmp_path / "mlflow.db"
+    if kind == "folder":
+        target.mkdir()
+    else:
+        target.write_text("experiment,score\nx,1\n" * 50)
+    argv = ["compare", "--experiment", "x", "--tracking-uri", f"sqlite:///{target}"]
+    assert main(argv) == 2
+    one_error_line(capsys, str(target), "not an MLflow tracking database", "tracking URI")
+    assert capsys.readouterr().out == ""
+
+
+# -- 4. ui: the port -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_exec(monkeypatch):
+    """`ui` replaces the process with the MLflow server: here that must never happen."""
+    import os
+
+    def refuse(*args):
+        raise AssertionError(f"ui started a server: {args}")
+
+    monkeypatch.setattr(os, "execvp", refuse)
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1"])
+def test_ui_on_a_port_out_of_range_is_one_line(tmp_path, capsys, no_exec, port):
+    argv = ["ui", "--port", port, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
+    assert main(argv) == 2
+    one_error_line(capsys, f"--port {port}", "1-65535")
+    assert "MLflow UI on" not in capsys.readouterr().out
+
+
+def test_ui_on_a_port_in_use_fails_without_announcing_its_url(tmp_path, capsys, no_exec):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["ui", "--port", str(port), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
+        code = main(argv)
+        captured = capsys.readouterr()
+    assert code != 0
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and f"--port {port}" in lines[0] and "in use" in lines[0], lines
+    assert "MLflow UI on" not in captured.out
+
+
+def test_ui_on_a_file_that_is_not_a_database_is_one_line(tmp_path, capsys, no_exec):
+    target = tmp_path / "notes.txt"
+    target.write_text("not a database\n")
+    assert main(["ui", "--port", "5999", "--tracking-uri", f"sqlite:///{target}"]) == 2
+    one_error_line(capsys, str(target), "not an MLflow tracking database")
+
+
+# -- 5. endpoint files -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content", ["", "# only a comment\n\n# and another\n", "endpoint: {}\n"], ids=str.strip
+)
+def test_an_empty_endpoint_file_is_refused_not_taken_as_the_embedded_model(
+    shared, tmp_path, capsys, content
+):
+    ep = tmp_path / "endpoint.yaml"
+    ep.write_text(content)
+    argv = eval_argv(shared, tmp_path / "out")
+    argv[argv.index("--endpoint") + 1] = str(ep)
+    assert main(argv) == 2
+    one_error_line(capsys, f"{ep}: empty endpoint file", "base_url")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_base_url_without_scheme_is_refused_at_load_time(shared, tmp_path, capsys, server):
+    ep = tmp_path / "endpoint.yaml"
+    hostport = server.base_url.removeprefix("http://")
+    ep.write_text(f"model: fake\nbase_url: {hostport}\n")
+    argv = eval_argv(shared, tmp_path / "out")
+    argv[argv.index("--endpoint") + 1] = str(ep)
+    sent = len(server.requests)
+    assert main(argv) == 2
+    line = one_error_line(capsys, str(ep), "base_url", "http://", hostport)
+    assert "cannot reach" not in line
+    assert len(server.requests) == sent
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_server_that_answers_is_never_called_unreachable(tmp_path, capsys):
+    with FakeOpenAIServer(failures=[404]) as fake:
+        ep = tmp_path / "endpoint.yaml"
+        ep.write_text(f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n")
+        argv = ["llm", "check", "--endpoint", str(ep), "--cache", str(tmp_path / "c.sqlite")]
+        assert main(argv) == 2
+    line = one_error_line(capsys, fake.base_url, "HTTP 404")
+    assert "cannot reach" not in line
+
+
+def test_https_to_a_plain_http_server_is_not_called_unreachable(tmp_path, capsys):
+    with FakeOpenAIServer(reply=schema_valid_reply) as fake:
+        ep = tmp_path / "endpoint.yaml"
+        url = fake.base_url.replace("http://", "https://")
+        ep.write_text(f"model: fake\nbase_url: {url}\nmax_retries: 0\n")
+        argv = ["llm", "check", "--endpoint", str(ep), "--cache", str(tmp_path / "c.sqlite")]
+        assert main(argv) == 2
+    line = one_error_line(capsys, url)
+    assert "cannot reach" not in line and "TLS handshake failed" in line and "http://" in line
+
+
+# -- 6. strict whole numbers in policy files ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body,key",
+    [
+        ("type: awi\nupdate_freq: true\n", "update_freq"),
+        ("type: awi\nshort_term_len: 2.5\n", "short_term_len"),
+        ("type: rag\ntop_k: '30'\n", "top_k"),
+        ("type: native\nreply_max_tokens: yes\n", "reply_max_tokens"),
+    ],
+)
+def test_a_policy_count_that_is_not_a_whole_number_is_refused(shared, tmp_path, capsys, body, key):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(body)
+    out = tmp_path / "out"
+    assert main(eval_argv(shared, out, policy=policy)) == 2
+    one_error_line(capsys, str(policy), f"key '{key}'", "whole number")
+    assert not out.exists()
+
+
+# -- 7. YAML mistakes ------------------------------------------------------------------------------
+
+
+def test_a_tab_in_the_indentation_names_its_line_and_column(shared, tmp_path, capsys):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("type: awi\n\tupdate_freq: 2\n")
+    assert main(eval_argv(shared, tmp_path / "out", policy=policy)) == 2
+    one_error_line(capsys, str(policy), "not valid YAML", "line 2, column 1", "tab")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tab_in_an_endpoint_file_names_its_line_and_column(tmp_path, capsys):
+    ep = tmp_path / "endpoint.yaml"
+    ep.write_text("model: fake\nbase_url: http://127.0.0.1:9/v1\n\tmax_retries: 0\n")
+    assert main(["llm", "check", "--endpoint", str(ep)]) == 2
+    one_error_line(capsys, str(ep), "line 3, column 1", "tab")
+
+
+@pytest.mark.parametrize(
+    "value,read_as", [("2024", "a number"), ("yes", "a boolean"), ("1.10", "a number")]
+)
+def test_an_unquoted_value_read_as_no_text_hints_quote_it(shared, tmp_path, capsys, value, read_as):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"type: native\nname: {value}\n")
+    assert main(eval_argv(shared, tmp_path / "out", policy=policy)) == 2
+    one_error_line(capsys, str(policy), "key 'name'", read_as, "quote it")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unquoted_date_stays_the_text_written(tmp_path):
+    from memloop.policies.config import load_policy_config
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("type: native\nname: 2024-01-01\n")
+    assert load_policy_config(policy).display_name == "2024-01-01"
+
+
+# -- 8. counts out of range --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("--users", "0"),
+        ("--users", "-1"),
+        ("--questions", "0"),
+        ("--questions", "-3"),
+        ("--periods", "-1"),
+    ],
+)
+def test_env_procedural_refuses_counts_out_of_range(tmp_path, capsys, option, value):
+    out = tmp_path / "data.json"
+    assert main(["env", "procedural", option, value, "--out", str(out)]) == 2
+    one_error_line(capsys, f"{option} must be between", f"got {value}")
+    assert not out.exists()
+
+
+def test_env_procedural_with_no_update_period_is_a_valid_environment(tmp_path, capsys):
+    """--periods counts the periods AFTER the initial one: 0 leaves the initial period alone."""
+    out = tmp_path / "data.json"
+    argv = ["env", "procedural", "--users", "1", "--periods", "0", "--questions", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "(1 period," in capsys.readouterr().out
+    assert main(["env", "validate", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    "option,value", [("--users", "0"), ("--users", "-2"), ("--periods", "0"), ("--periods", "-1")]
+)
+def test_eval_refuses_counts_out_of_range(shared, tmp_path, capsys, option, value):
+    out = tmp_path / "out"
+    assert main(eval_argv(shared, out, option, value)) == 2
+    one_error_line(capsys, f"{option} must be at least 1", f"got {value}")
+    assert not out.exists()
