@@ -33,7 +33,8 @@ def eval_command(tmp_path: Path, out: str) -> list[str]:
         "context_window: 4096\ntimeout_s: 300\n"
     )
     out_dir = tmp_path / out
-    return [sys.executable, "-m", "memloop", *eval_argv(env, NATIVE, endpoint, cache, out_dir)]
+    argv = eval_argv(env, NATIVE, endpoint, cache, out_dir)
+    return [sys.executable, "-m", "memloop", *argv, "--rounds-update", "1"]  # short periods
 
 
 def new_requests(stdout: str) -> int:

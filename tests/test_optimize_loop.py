@@ -408,12 +408,12 @@ def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
         return config, run_evolve(config, progress=False, clients=roles, builder=builder)
 
     with FakeOpenAIServer(reply=fake_reply) as fake:
-        config, outcomes = go(fake, repeats=2)
+        config, outcomes = go(fake, repeats=2, cycles=1)
         sent = len(fake.requests)
         seeds = {b["seed"] for b in fake.requests}
-        _, again = go(fake, repeats=2)
+        _, again = go(fake, repeats=2, cycles=1)
         assert len(fake.requests) == sent  # every draw replays from checkpoints and the cache
-        _, single = go(fake)  # no repeats: the same run as repeat 0
+        _, single = go(fake, cycles=1)  # no repeats: the same run as repeat 0
         assert len(fake.requests) == sent
     assert [(o.mode, o.repeat) for o in outcomes] == [
         ("none", 0),

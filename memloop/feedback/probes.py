@@ -121,6 +121,58 @@ def _picked(parsed: Any, n: int) -> int | None:
     return None
 
 
+def base_record(item: UserItem, period: int, q: int) -> QuestionRecord:
+    """Question `q` of `item` at `period` with its truth, before any answer (no model call)."""
+    qa = item.qas[q]
+    return QuestionRecord(
+        user_id=item.id,
+        period=period,
+        question_index=q,
+        question=qa.query,
+        choices=[c.answer for c in qa.answer_choices],
+        required_info=list(qa.required_info),
+        gold_index=item.gold_choice_index(q, period),
+        true_values=dict(zip(qa.required_info, item.required_state(q, period), strict=True)),
+        write_periods={v: item.last_set_period(v, period) for v in qa.required_info},
+        state_choices={v: len(item.state_schema[v]) for v in qa.required_info},
+    )
+
+
+def ask_state(item: UserItem, q: int, policy: Policy, record: QuestionRecord) -> None:
+    """The state query of question `q` (its required variables) into `record`."""
+    variables = {v: item.state_schema[v] for v in item.qas[q].required_info}
+    points = "\n".join(f"- {v}: one of {', '.join(c)}" for v, c in variables.items())
+    sq = policy.answer(STATE_PROMPT.format(points=points), schema=state_schema(variables))
+    if sq.json_error is None and isinstance(sq.parsed, dict):
+        record.state_answers = {v: sq.parsed.get(v) for v in variables}
+    else:
+        record.state_answers = {v: None for v in variables}
+        record.state_json_error = sq.json_error or "no JSON object"
+
+
+NOT_ASKED = "not asked: a state-only screening"
+
+
+class StateProber:
+    """A probe hook asking the state queries only, for cheap screening by replay.
+
+    No multiple choice, upper bound, no-memory or recall call (optimize/replay_score.py). Its
+    records leave the multiple-choice fields unanswered (`json_error` says why); they are never
+    scored as an evaluation.
+    """
+
+    def __call__(
+        self, item: UserItem, period: int, policy: Policy, record: PeriodRecord
+    ) -> dict[str, Any]:
+        questions = []
+        for q in range(len(item.qas)):
+            rec = base_record(item, period, q)
+            rec.json_error = NOT_ASKED
+            ask_state(item, q, policy, rec)
+            questions.append(rec.model_dump(mode="json"))
+        return {"questions": questions, "memory_view": policy.memory_view()}
+
+
 @dataclass
 class Prober:
     """Builds the probe hook.
@@ -155,19 +207,7 @@ class Prober:
     def question(self, item: UserItem, period: int, q: int, policy: Policy) -> QuestionRecord:
         qa = item.qas[q]
         choices = [c.answer for c in qa.answer_choices]
-        truth = dict(zip(qa.required_info, item.required_state(q, period), strict=True))
-        record = QuestionRecord(
-            user_id=item.id,
-            period=period,
-            question_index=q,
-            question=qa.query,
-            choices=choices,
-            required_info=list(qa.required_info),
-            gold_index=item.gold_choice_index(q, period),
-            true_values=truth,
-            write_periods={v: item.last_set_period(v, period) for v in qa.required_info},
-            state_choices={v: len(item.state_schema[v]) for v in qa.required_info},
-        )
+        record = base_record(item, period, q)
         mc = policy.answer(
             MC_PROMPT.format(question=qa.query, options=_options(choices)),
             schema=choice_schema(len(choices)),
@@ -178,14 +218,7 @@ class Prober:
         if record.chosen_index is None:
             record.json_error = mc.json_error or f"answer out of range: {mc.text[:80]!r}"
 
-        variables = {v: item.state_schema[v] for v in qa.required_info}
-        points = "\n".join(f"- {v}: one of {', '.join(c)}" for v, c in variables.items())
-        sq = policy.answer(STATE_PROMPT.format(points=points), schema=state_schema(variables))
-        if sq.json_error is None and isinstance(sq.parsed, dict):
-            record.state_answers = {v: sq.parsed.get(v) for v in qa.required_info}
-        else:
-            record.state_answers = {v: None for v in qa.required_info}
-            record.state_json_error = sq.json_error or "no JSON object"
+        ask_state(item, q, policy, record)
 
         facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in record.true_values.items())
         options = _options(choices)

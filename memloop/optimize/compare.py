@@ -104,7 +104,7 @@ def headline_split(records: list[CycleRecord]) -> str:
 
 def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
     tags = run.data.tags
-    selection = select_cycle(records)
+    selection = select_cycle(records, tags.get("memloop.objective", "memory_score"))
     split = headline_split(records)
     first_rec = records[0] if records else None
     chosen = records[selection.cycle] if selection else None

@@ -14,7 +14,7 @@ from memloop.core.config import load_yaml_model
 from memloop.core.errors import UserError
 from memloop.feedback.summary import FeedbackMode
 
-EvolverName = Literal["none", "reflective"]
+EvolverName = Literal["none", "reflective", "playbook"]
 SPLITS = ("train", "val", "test")
 
 
@@ -107,6 +107,13 @@ class EvolveConfig(_Strict):
         "'package.module:attribute'",
     )
     cycles: int = Field(3, ge=1, description="evolution cycles (episode cadence)")
+    objective: Literal["memory_score", "state_accuracy", "memory_gain"] | None = Field(
+        None,
+        description="what the prompt is selected on (validation users), GEPA scores candidates "
+        "by and an evolver reverts on; default: state_accuracy when the agent is the embedded "
+        "model (its multiple-choice step is too weak for the memory score to carry a signal), "
+        "memory_score otherwise",
+    )
     rounds: Rounds = Field(default_factory=Rounds)
     endpoints: Endpoints = Field(default_factory=Endpoints)
     summary_max_questions: int = Field(

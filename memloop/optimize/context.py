@@ -31,7 +31,8 @@ from memloop.llm.roles import RoleClients
 from memloop.optimize import tracking
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
-from memloop.optimize.evolvers import Evolver, make_evolver
+from memloop.optimize.evolver_registry import make_evolver
+from memloop.optimize.evolvers import Evolver
 from memloop.optimize.store import CycleStore
 
 # ---------------------------------------------------------------- inputs
@@ -180,6 +181,9 @@ class RunContext:
             self.initial_prompts = probe.prompts()
         finally:
             probe.close()
+        self.objective = config.objective or (
+            "state_accuracy" if self.clients.agent.endpoint.is_local else "memory_score"
+        )
         self.key = json_sha256(self.identity())
         self.name = f"{self.policy_config.display_name}-{mode}-{evolver}"
         if search != "episode":
@@ -219,6 +223,8 @@ class RunContext:
             "catalogue_sha256": catalogue_sha256(),
             # repeat 0 keeps the key of a run without repeats: adding repeats later reuses it
             **({"repeat": self.repeat} if self.repeat else {}),
+            # the memory score was the only objective once: those runs keep their keys
+            **({"objective": self.objective} if self.objective != "memory_score" else {}),
         }
 
     def params(self) -> dict[str, Any]:
@@ -233,6 +239,7 @@ class RunContext:
                 "search": self.search_name,
                 "policy": self.policy_config.display_name,
                 "repeat": self.repeat,
+                "objective": self.objective,
             },
             "search_spec": self.search_spec,
             "policy_config": self.policy_config.model_dump(mode="json"),
@@ -318,6 +325,7 @@ class RunContext:
                 "memloop.policy": self.policy_config.display_name,
                 "memloop.prompt_name": self.prompt_registry_name,
                 "memloop.repeat": str(self.repeat),
+                "memloop.objective": self.objective,
             },
         )
         outcome = RunOutcome(
@@ -341,7 +349,7 @@ class RunContext:
         except BaseException:
             tracking.finish_run(mlc, run_id, "KILLED")
             raise
-        outcome.selection = select_cycle(outcome.cycles)
+        outcome.selection = select_cycle(outcome.cycles, self.objective)
         self.log_selection(mlc, run_id, outcome, versions)
         tracking.finish_run(mlc, run_id)
         return outcome
@@ -364,7 +372,8 @@ class RunContext:
             prompts,
             cycle=k,
             run_id=run_id,
-            score=record.score("val"),
+            score=record.score("val", self.objective),
+            objective=self.objective,
         )
 
     def log_selection(

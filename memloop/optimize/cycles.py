@@ -120,25 +120,39 @@ class CycleRecord(BaseModel):
         return None if result is None else getattr(result, metric)
 
 
+Objective = Literal["memory_score", "state_accuracy", "memory_gain"]
+OBJECTIVES: tuple[str, ...] = ("memory_score", "state_accuracy", "memory_gain")
+
+
 class Selection(BaseModel):
     """Which cycle's prompts a run stands for, and on what grounds."""
 
     cycle: int
-    rule: str  # "best val_memory_score" or "last cycle (no validation users)"
+    rule: str  # "best val_state_accuracy" or "last cycle (no validation score)"
     val_memory_score: float | None = None
+    objective: str = "memory_score"  # what the cycles were ranked on
+    val_objective: float | None = None  # its value on the validation users
 
 
-def select_cycle(records: list[CycleRecord]) -> Selection | None:
-    """The cycle with the best validation memory score (the earliest on a tie).
+def select_cycle(records: list[CycleRecord], objective: str = "memory_score") -> Selection | None:
+    """The cycle with the best validation `objective` (the earliest on a tie).
 
-    Without validation users (or while no validation score is defined) the last cycle: no choice
+    Without validation users (or while no validation value is defined) the last cycle: no choice
     is made, so none can be biased. Reads nothing but the `val` split.
     """
     if not records:
         return None
-    scored = [(r.cycle, r.score(SELECTION_SPLIT)) for r in records]
+    scored = [(r.cycle, r.score(SELECTION_SPLIT, objective)) for r in records]
     defined = [(k, s) for k, s in scored if s is not None]
     if defined:
         k, s = max(defined, key=lambda ks: (ks[1], -ks[0]))
-        return Selection(cycle=k, rule="best val_memory_score", val_memory_score=s)
-    return Selection(cycle=records[-1].cycle, rule="last cycle (no validation score)")
+        return Selection(
+            cycle=k,
+            rule=f"best val_{objective}",
+            val_memory_score=records[k].score(SELECTION_SPLIT),
+            objective=objective,
+            val_objective=s,
+        )
+    return Selection(
+        cycle=records[-1].cycle, rule="last cycle (no validation score)", objective=objective
+    )

@@ -27,6 +27,24 @@ class EpisodeSearch:
     def spec(self, config: EvolveConfig) -> dict[str, Any]:
         return {"name": self.name}
 
+    @staticmethod
+    def extras(ctx: RunContext, evolver: Any, history: list, k: int) -> dict[str, Any]:
+        """What an evolver asks for beyond (prompts, summary).
+
+        The history of (prompts, validation objective), and a replay screen of candidate prompts
+        on cycle k's training conversations.
+        """
+        extra: dict[str, Any] = {}
+        if getattr(evolver, "wants_history", False):
+            extra["history"] = list(history)
+        if getattr(evolver, "wants_screen", False) and ctx.train:
+            from memloop.optimize.replay_score import replay_screen
+
+            recording = ctx.store.cycle_dir(k) / "episodes"
+            out = ctx.store.cycle_dir(k) / "screen"
+            extra["screen"] = lambda prompts: replay_screen(ctx, ctx.train, prompts, recording, out)
+        return extra
+
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
         from memloop.optimize.context import split_results, usage_tokens
 
@@ -34,6 +52,7 @@ class EpisodeSearch:
         evolver = ctx.make_evolver()
         prompts = ctx.initial_prompts
         n = ctx.config.cycles
+        history: list[tuple[dict[str, str], float | None]] = []  # (prompts, val objective)
         for k in range(n):
             prompts = store.prompts(k, prompts)
             record = store.record(k)
@@ -51,9 +70,15 @@ class EpisodeSearch:
                     feedback=report if ctx.mode != "none" else None,
                 )
                 store.save(record)
+            history.append((dict(prompts), record.score("val", ctx.objective)))
             step = store.step(k)
             if step is None and k + 1 < n:
-                step = evolver.propose(prompts, store.summary(k) or {}, cycle=k)
+                step = evolver.propose(
+                    prompts,
+                    store.summary(k) or {},
+                    cycle=k,
+                    **self.extras(ctx, evolver, history, k),
+                )
                 store.save_step(k, step)
                 record.tokens["optimizer"] = step.tokens
                 store.save(record)

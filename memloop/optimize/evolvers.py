@@ -345,11 +345,3 @@ def _strip_wrapper(text: str) -> str:
         if text.endswith(f"</{tag}>"):
             text = text[: -len(tag) - 3]
     return text.strip()
-
-
-def make_evolver(name: str, client: ChatClient) -> Evolver:
-    if name == "none":
-        return NoEvolver()
-    if name == "reflective":
-        return ReflectiveEvolver(client)
-    raise ValueError(f"evolver {name!r} is not a summary-driven evolver")

@@ -1,9 +1,10 @@
 """The `gepa` search: gepa's reflective, Pareto-based search over memory-write prompts.
 
 Whole episodes are the rollouts. A candidate is {predictor name: instructions}; its score on a
-user is the user's normalized memory score; its textual feedback is the user's budgeted feedback
-summary in the configured mode. GEPA learns from the training users (its trainset) and chooses on
-the validation users (its valset); test users are never shown to it.
+user is the user's value of the run's objective (memory score, state accuracy or memory gain);
+its textual feedback is the user's budgeted feedback summary in the configured mode. GEPA learns
+from the training users (its trainset) and chooses on the validation users (its valset); test
+users are never shown to it.
 
 GEPA's state lives in the run folder (gepa_state/), so a restarted run resumes the search; every
 evaluated episode is checkpointed (candidates/<id>/episodes), so nothing finished is redone.
@@ -44,15 +45,29 @@ def candidate_id(candidate: dict[str, str]) -> str:
     return json_sha256(candidate)[:12]
 
 
-def user_memory_score(records: list[QuestionRecord]) -> float:
-    """GEPA needs a number per user: the user's memory score (a ratio over all its questions).
+def user_score(records: list[QuestionRecord], objective: str = "memory_score") -> float:
+    """GEPA needs a number per user: the user's `objective` (the run's selection objective).
 
-    Where it is undefined (the upper bound never beats random for this user) it is 0. That does not
-    favour any candidate: the upper bound depends on the questions and the endpoint only, so the
-    same users are undefined, and score the same 0, for every candidate.
+    Where it is undefined (the memory score when the upper bound never beats random for this
+    user; the state accuracy without state queries) it is 0. That does not favour any candidate:
+    definedness depends on the questions and the endpoint only, so the same users are undefined,
+    and score the same 0, for every candidate.
     """
-    value = quiet_score(records).memory_score
+    scores = quiet_score(records)
+    value = {
+        "memory_score": scores.memory_score,
+        "state_accuracy": scores.state.accuracy,
+        "memory_gain": scores.memory_gain,
+    }[objective]
     return 0.0 if value is None else float(value)
+
+
+OBJECTIVE_TEXT = {
+    "memory_score": "normalized memory score {:.3f} (1 = as good as knowing the user's true state)",
+    "state_accuracy": "state accuracy {:.3f} (share of the user's current facts the assistant "
+    "recalled right)",
+    "memory_gain": "memory gain {:.3f} (accuracy with memory minus accuracy without it)",
+}
 
 
 class EpisodeAdapter:
@@ -74,9 +89,9 @@ class EpisodeAdapter:
         by_user = {e.user_id: e for e in result.episodes}
         for item in batch:
             records, _ = collect(by_user[item.id].records)
-            value = user_memory_score(records)
+            value = user_score(records, self.ctx.objective)
             scores.append(value)
-            outputs.append({"user": item.id, "memory_score": value})
+            outputs.append({"user": item.id, self.ctx.objective: value})
             if capture_traces:
                 summary, report = self.ctx.summary([item], records, max_chars=FEEDBACK_CHARS)
                 self.omitted += len(report.omitted)
@@ -89,8 +104,7 @@ class EpisodeAdapter:
         rows = [
             {
                 "Inputs": {"task": GEPA_COMPONENT_NOTE, "user": traj["user"]},
-                "Generated Outputs": f"normalized memory score {traj['score']:.3f} "
-                "(1 = as good as knowing the user's true state)",
+                "Generated Outputs": OBJECTIVE_TEXT[self.ctx.objective].format(traj["score"]),
                 "Feedback": render_summary(traj["summary"]),
             }
             for traj in eval_batch.trajectories or []

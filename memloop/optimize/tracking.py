@@ -156,7 +156,14 @@ def render_prompts(prompts: dict[str, str]) -> str:
 
 
 def register_prompt(
-    mlc, name: str, prompts: dict[str, str], *, cycle: int, run_id: str, score: float | None
+    mlc,
+    name: str,
+    prompts: dict[str, str],
+    *,
+    cycle: int,
+    run_id: str,
+    score: float | None,
+    objective: str = "memory_score",
 ) -> int:
     """The registry version for this (run, cycle), created once."""
     mlflow = _mlflow()
@@ -171,7 +178,7 @@ def register_prompt(
             "memloop.predictors": ",".join(sorted(prompts)),
         }
         if score is not None:
-            tags["memloop.memory_score"] = f"{score:.6f}"
+            tags[f"memloop.val_{objective}"] = f"{score:.6f}"  # what selection ranks on
         version = mlflow.genai.register_prompt(
             name=name, template=render_prompts(prompts), commit_message=f"cycle {cycle}", tags=tags
         )

@@ -92,6 +92,11 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     if schema is None:
         return "Interesting, tell me more."
     props = schema["properties"]
+    if set(props) == {"op", "id", "rule"}:  # the playbook evolver's one delta
+        n = str(body["messages"][-1].get("content", "")).count("] helpful ")
+        return json.dumps(
+            {"op": "ADD", "id": "new", "rule": f"Keep kind {n + 1} of the user's facts current."}
+        )
     if "answer" in props:
         prompt = str(body["messages"][-1].get("content", ""))
         if "seed" in body and "current situation:" not in prompt:

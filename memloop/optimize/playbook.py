@@ -1,0 +1,339 @@
+"""The `playbook` evolver: a fixed core plus a list of one-sentence rules, changed one delta a time.
+
+In the incremental style of ACE (agentic context engineering), where whole rewrites collapse: a
+small model cannot rewrite a whole prompt (it copies it), but it can write one sentence. Each
+predictor's prompt is its core instructions followed by the playbook:
+
+    <core instructions>
+
+    Rules learned from feedback:
+    [r1] When the user reports a change, replace the old value instead of keeping both.
+    [r2] ...
+
+Each cycle:
+1. **Revert.** When the last change made the validation objective worse (the run's objective on
+   validation users: state accuracy, memory score or memory gain), the prompts go back to those
+   before it. This is a selection on validation users, like the run's own choice of cycle.
+2. **Counts.** Every rule gets helpful / harmful counts: the cycles it was new in that raised or
+   lowered the validation objective. They are shown to the reflector and recorded in the step.
+3. **Candidate deltas** per predictor from the reflector (component `optimizer`), as
+   schema-constrained JSON: ADD a rule, EDIT one (by id) or REMOVE one, each rule one sentence;
+   `candidates` of them, sampled apart when more than one.
+4. **Screening by replay** (when the search gives a screen, optimize/replay_score.py): each
+   candidate and the current prompt are replayed on the training users' recorded conversations
+   (memory writes and state queries only); the best candidate is taken only when its state
+   accuracy beats the current prompt's, else nothing changes. Its tokens count in the step's.
+5. **A deterministic merge**: a rule that repeats one already there (same words, or most of
+   them), names a user's own state value, is not one sentence or names an unknown id is dropped
+   and recorded; ids are never reused; at most `max_rules` rules.
+
+The search gives the evolver the history of (prompts, validation objective) of the finished
+cycles (`wants_history`) and the replay screen (`wants_screen`); without them (check_evolver,
+the period search) there is no revert, no count and no screening: the first usable delta.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memloop.feedback.summary import render_summary
+from memloop.llm.client import ChatClient
+from memloop.optimize.evolvers import _ENDINGS, EvolveStep, leaked_values, revealed_values
+
+HEADER = "Rules learned from feedback:"
+_RULE = re.compile(r"^\[(r\d+)\] (.+)$", re.M)
+
+DELTA_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "op": {"type": "string", "enum": ["ADD", "EDIT", "REMOVE"]},
+        "id": {"type": "string"},
+        "rule": {"type": "string"},
+    },
+    "required": ["op", "id", "rule"],
+    "additionalProperties": False,
+}
+
+DELTA_SYSTEM = """\
+You improve one step of an AI assistant's long-term memory: the step that decides what it writes \
+into its memory about the user. Its instructions end with a numbered list of short rules. From the \
+feedback of an evaluation, propose exactly ONE change to that list:
+- ADD: a new rule (id: "new"), one sentence of at most {max_words} words;
+- EDIT: rewrite the rule with the given id, one sentence;
+- REMOVE: delete the rule with the given id (rule: "").
+Rules must hold for any user: name kinds of information ("the user's current city", "how often \
+they exercise"), never one user's values. Prefer fixing what the feedback shows was missed, kept \
+stale or stored vaguely; a rule counted harmful more often than helpful is a good one to remove.
+Answer with JSON: {{"op": "ADD" | "EDIT" | "REMOVE", "id": "...", "rule": "..."}}."""
+
+DELTA_USER = """Step: {name}
+
+Core instructions (fixed):
+<core>
+{core}
+</core>
+
+Rules now (id, helpful / harmful counts, text):
+{rules}
+
+Feedback summary:
+<feedback>
+{feedback}
+</feedback>"""
+
+
+def split_playbook(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """(core, [(id, rule), ...]) of a prompt; a prompt without a playbook is all core."""
+    core, sep, rest = text.partition("\n\n" + HEADER)
+    if not sep:
+        return text, []
+    return core, _RULE.findall(rest)
+
+
+def render_playbook(core: str, rules: Sequence[tuple[str, str]]) -> str:
+    if not rules:
+        return core
+    return core + "\n\n" + HEADER + "\n" + "\n".join(f"[{i}] {r}" for i, r in rules)
+
+
+def _norm(text: str) -> set[str]:
+    return set(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+
+
+def rule_counts(history: Sequence[tuple[dict[str, str], float | None]]) -> dict[str, list[int]]:
+    """{rule id: [helpful, harmful]}: each cycle a rule was new in, by the objective's move."""
+    counts: dict[str, list[int]] = {}
+    for (before, v0), (after, v1) in zip(history, history[1:], strict=False):
+        if v0 is None or v1 is None or v0 == v1:
+            continue
+        old = {i for text in before.values() for i, _ in split_playbook(text)[1]}
+        new = {i for text in after.values() for i, _ in split_playbook(text)[1]} - old
+        for rule_id in new:
+            counts.setdefault(rule_id, [0, 0])[0 if v1 > v0 else 1] += 1
+    return counts
+
+
+class PlaybookEvolver:
+    """Per predictor one reflector call (component `optimizer`) for one delta to its rules."""
+
+    name = "playbook"
+    wants_history = True  # the search passes [(prompts, validation objective)] of past cycles
+    wants_screen = True  # and a replay screen of candidate prompts on the training users
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        candidates: int = 3,
+        sample_temperature: float = 0.8,
+        max_rules: int = 8,
+        max_words: int = 30,
+        max_tokens: int = 160,
+        feedback_chars: int = 6000,
+    ):
+        self.client = client
+        self.candidates = candidates
+        self.sample_temperature = sample_temperature
+        self.max_rules = max_rules
+        self.max_words = max_words
+        self.max_tokens = max_tokens
+        self.feedback_chars = feedback_chars
+
+    def propose(
+        self,
+        prompts: dict[str, str],
+        summary: dict[str, Any],
+        *,
+        cycle: int,
+        history: Sequence[tuple[dict[str, str], float | None]] | None = None,
+        screen: Callable[[dict[str, str]], Any] | None = None,
+    ) -> EvolveStep:
+        used_before = self.client.usage.component("optimizer").total_tokens
+        history = list(history or [])
+        base, notes = dict(prompts), []
+        if len(history) >= 2:
+            (earlier, v0), (_, v1) = history[-2], history[-1]
+            if v0 is not None and v1 is not None and v1 < v0:
+                base = dict(earlier)
+                notes.append(f"reverted cycle {cycle}'s change: validation {v0:.3f} -> {v1:.3f}")
+        counts = rule_counts(history)
+        used_ids = {
+            int(i[1:])
+            for text in [*base.values(), *(t for p, _ in history for t in p.values())]
+            for i, _ in split_playbook(text)[1]
+        }
+        next_id = max(used_ids, default=0) + 1
+        feedback = render_summary(summary)[: self.feedback_chars]
+        banned = revealed_values(summary)
+        step = EvolveStep(prompts=dict(base))
+        screened_tokens = 0
+        for name, text in sorted(base.items()):
+            core, rules = split_playbook(text)
+            options, problems = [], []
+            for delta in self._deltas(name, core, rules, counts, feedback, cycle):
+                if isinstance(delta, str):
+                    problems.append(delta)
+                    continue
+                merged, change, problem = self.merge(rules, delta, f"r{next_id}", banned, core)
+                candidate = render_playbook(core, merged)
+                if problem is not None:
+                    problems.append(problem)
+                elif all(candidate != c for c, _ in options):
+                    options.append((candidate, change))
+            chosen, note = self._choose(name, base, options, screen)
+            screened_tokens += note[1]
+            if chosen is None:
+                why = "; ".join(problems) or note[0] or "no usable delta"
+                step.errors[name] = f"{why}; kept"
+                step.changes[name] = [*notes, *([note[0]] if note[0] else [])]
+                continue
+            candidate, change = chosen
+            if change.startswith("added"):
+                next_id += 1
+            step.prompts[name] = candidate
+            step.changes[name] = [*notes, change, *([note[0]] if note[0] else [])]
+        for name in step.prompts:
+            listed = [
+                f"{i} helpful {counts[i][0]} / harmful {counts[i][1]}"
+                for i, _ in split_playbook(base[name])[1]
+                if i in counts
+            ]
+            step.changes.setdefault(name, list(notes))
+            if listed:
+                step.changes[name].append("counts: " + ", ".join(listed))
+        optimizer = self.client.usage.component("optimizer").total_tokens - used_before
+        step.tokens = optimizer + screened_tokens
+        return step
+
+    def _deltas(
+        self,
+        name: str,
+        core: str,
+        rules: list[tuple[str, str]],
+        counts: dict[str, list[int]],
+        feedback: str,
+        cycle: int,
+    ) -> list[dict[str, str] | str]:
+        """`candidates` deltas from the reflector (sampled apart when more than one), or why not."""
+        shown = "\n".join(
+            f"[{i}] helpful {counts.get(i, [0, 0])[0]} / harmful {counts.get(i, [0, 0])[1]}: {r}"
+            for i, r in rules
+        )
+        messages = [
+            {"role": "system", "content": DELTA_SYSTEM.format(max_words=self.max_words)},
+            {
+                "role": "user",
+                "content": DELTA_USER.format(
+                    name=name, core=core, rules=shown or "(none yet)", feedback=feedback
+                ),
+            },
+        ]
+        out: list[dict[str, str] | str] = []
+        for j in range(self.candidates):
+            result = self.client.chat_json(
+                messages,
+                DELTA_SCHEMA,
+                component="optimizer",
+                sample=cycle * 1000 + j,
+                max_tokens=self.max_tokens,
+                # one candidate: the endpoint's temperature; several: sampled, so they differ
+                temperature=None if self.candidates == 1 else self.sample_temperature,
+            )
+            if result.json_error is not None:
+                out.append(f"reflector reply unusable ({result.json_error})")
+            else:
+                out.append(result.parsed)
+        return out
+
+    def _choose(
+        self,
+        name: str,
+        base: dict[str, str],
+        options: list[tuple[str, str]],
+        screen: Callable[[dict[str, str]], Any] | None,
+    ) -> tuple[tuple[str, str] | None, tuple[str, int]]:
+        """(the option to take or None, (a note, screening tokens)).
+
+        Without a screen (or with one option and no screen) the first usable option. With a screen
+        each option and the current prompt are replayed on the training users; the best option is
+        taken only when it beats the current prompt.
+        """
+        if not options:
+            return None, ("", 0)
+        if screen is None:
+            return options[0], ("", 0)
+        current = screen(base)
+        tokens = current.tokens
+        scored = []
+        for candidate, change in options:
+            result = screen({**base, name: candidate})
+            tokens += result.tokens
+            scored.append((result.state_accuracy, candidate, change))
+        shown = ", ".join("n/a" if v is None else f"{v:.3f}" for v, _, _ in scored)
+        now = "n/a" if current.state_accuracy is None else f"{current.state_accuracy:.3f}"
+        defined = [x for x in scored if x[0] is not None]
+        if not defined or current.state_accuracy is None:
+            return options[0], (
+                f"replay screen undefined ({shown} vs {now}); took the first",
+                tokens,
+            )
+        best = max(defined, key=lambda x: x[0])  # the first of equals: the first sample
+        if best[0] <= current.state_accuracy:
+            return None, (
+                f"no candidate beat the current prompt on replay ({shown} vs {now})",
+                tokens,
+            )
+        return (best[1], best[2]), (f"replay screen {shown} vs current {now}", tokens)
+
+    def merge(
+        self,
+        rules: list[tuple[str, str]],
+        delta: dict[str, str],
+        new_id: str,
+        banned: set[str],
+        core: str,
+    ) -> tuple[list[tuple[str, str]], str, str | None]:
+        """(rules after `delta`, what changed, why it was dropped or None)."""
+        op, rule_id = delta["op"], delta["id"].strip().strip("[]")
+        text = " ".join(delta["rule"].split())
+        ids = [i for i, _ in rules]
+        if op == "REMOVE":
+            if rule_id not in ids:
+                return rules, "", f"REMOVE of unknown rule {rule_id!r}"
+            return [(i, r) for i, r in rules if i != rule_id], f"removed {rule_id}", None
+        problem = self._bad_rule(text, rules, banned, core, skip=rule_id if op == "EDIT" else None)
+        if problem:
+            return rules, "", f"{op} dropped: {problem}"
+        if op == "EDIT":
+            if rule_id not in ids:
+                return rules, "", f"EDIT of unknown rule {rule_id!r}"
+            edited = [(i, text if i == rule_id else r) for i, r in rules]
+            return edited, f"edited {rule_id}: {text}", None
+        if len(rules) >= self.max_rules:
+            return rules, "", f"ADD dropped: already {self.max_rules} rules (remove one first)"
+        return [*rules, (new_id, text)], f"added {new_id}: {text}", None
+
+    def _bad_rule(
+        self,
+        text: str,
+        rules: list[tuple[str, str]],
+        banned: set[str],
+        core: str,
+        skip: str | None,
+    ) -> str | None:
+        words = text.split()
+        if not 3 <= len(words) <= self.max_words:
+            return f"{len(words)} words (one sentence of 3 to {self.max_words})"
+        if not text.endswith(_ENDINGS) or re.search(r"[.!?] +[A-Z]", text):
+            return "not one sentence"
+        mine = _norm(text)
+        for i, r in rules:
+            theirs = _norm(r)
+            if i != skip and len(mine & theirs) >= 0.8 * max(len(mine), len(theirs)):
+                return f"repeats rule {i}"
+        leaked = leaked_values(text, core, banned)
+        if leaked:
+            return f"names a user's own values ({', '.join(leaked)})"
+        return None

@@ -1,0 +1,255 @@
+"""The playbook evolver: one delta per cycle to a list of one-sentence rules, merged
+deterministically, with counts and a revert driven by the validation objective."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.optimize.evolver_check import check_evolver
+from memloop.optimize.playbook import (
+    HEADER,
+    PlaybookEvolver,
+    render_playbook,
+    rule_counts,
+    split_playbook,
+)
+from memloop.testing import FakeOpenAIServer
+
+CORE = "Record what the user says about themselves."
+SUMMARY = {"users": [{"states": {"home_city": "Lisbon"}}]}
+
+
+def test_a_playbook_round_trips_through_the_prompt_text():
+    rules = [("r1", "Replace an old value when it changes."), ("r3", "Keep amounts exact.")]
+    text = render_playbook(CORE, rules)
+    assert text == f"{CORE}\n\n{HEADER}\n[r1] {rules[0][1]}\n[r3] {rules[1][1]}"
+    assert split_playbook(text) == (CORE, rules)
+    assert split_playbook(CORE) == (CORE, [])
+    assert render_playbook(CORE, []) == CORE
+
+
+@pytest.mark.parametrize(
+    ("delta", "change", "problem"),
+    [
+        (
+            {"op": "ADD", "id": "new", "rule": "Note how often the user exercises."},
+            "added r3",
+            None,
+        ),
+        (
+            {"op": "ADD", "id": "new", "rule": "Replace the old value when it changes."},
+            "",
+            "repeats rule r1",
+        ),
+        (
+            {"op": "ADD", "id": "new", "rule": "Remember that the user lives in Lisbon."},
+            "",
+            "names a user's own values (lisbon)",
+        ),
+        ({"op": "ADD", "id": "new", "rule": "Too short."}, "", "2 words"),
+        (
+            {"op": "ADD", "id": "new", "rule": "Keep dates exact. Drop old ones."},
+            "",
+            "not one sentence",
+        ),
+        (
+            {"op": "EDIT", "id": "r2", "rule": "Keep every amount exact with its unit."},
+            "edited r2",
+            None,
+        ),
+        (
+            {"op": "EDIT", "id": "r9", "rule": "Keep every amount exact with its unit."},
+            "",
+            "EDIT of unknown rule 'r9'",
+        ),
+        ({"op": "REMOVE", "id": "[r1]", "rule": ""}, "removed r1", None),
+        ({"op": "REMOVE", "id": "r7", "rule": ""}, "", "REMOVE of unknown rule 'r7'"),
+    ],
+)
+def test_the_merge_is_deterministic_and_drops_bad_deltas(delta, change, problem):
+    rules = [("r1", "Replace an old value when it changes."), ("r2", "Keep amounts exact.")]
+    evolver = PlaybookEvolver(client=None)  # merge needs no model
+    merged, what, why = evolver.merge(rules, delta, "r3", {"lisbon"}, CORE)
+    assert what.startswith(change) if change else what == ""
+    if problem is None:
+        assert why is None and merged != rules
+    else:
+        assert problem in why and merged == rules
+    if delta["op"] == "ADD" and problem is None:
+        assert merged == [*rules, ("r3", delta["rule"])]
+    if delta["op"] == "REMOVE" and problem is None:
+        assert merged == [rules[1]]
+
+
+def test_at_most_max_rules():
+    rules = [(f"r{i}", f"Keep fact kind number {i} current.") for i in range(1, 3)]
+    evolver = PlaybookEvolver(client=None, max_rules=2)
+    merged, _, why = evolver.merge(
+        rules,
+        {"op": "ADD", "id": "new", "rule": "Write the user's job title exactly."},
+        "r3",
+        set(),
+        CORE,
+    )
+    assert merged == rules and "already 2 rules" in why
+
+
+def test_counts_follow_the_objective_of_the_cycle_a_rule_was_new_in():
+    p0 = {"w": CORE}
+    p1 = {"w": render_playbook(CORE, [("r1", "a b c.")])}
+    p2 = {"w": render_playbook(CORE, [("r1", "a b c."), ("r2", "d e f.")])}
+    p3 = {"w": render_playbook(CORE, [("r1", "a b c."), ("r2", "d e f."), ("r3", "g h i.")])}
+    history = [(p0, 0.5), (p1, 0.6), (p2, 0.55), (p3, None)]
+    # r1 new in cycle 1 (0.5 -> 0.6: helpful); r2 new in cycle 2 (0.6 -> 0.55: harmful);
+    # r3 new in cycle 3, whose objective is undefined: not counted
+    assert rule_counts(history) == {"r1": [1, 0], "r2": [0, 1]}
+
+
+def delta_reply(body):
+    return json.dumps(
+        {"op": "ADD", "id": "new", "rule": "Replace a stored value when the user says it changed."}
+    )
+
+
+def client_for(server, tmp_path):
+    return ChatClient(Endpoint(model="m", base_url=server.base_url), cache=tmp_path / "c.sqlite")
+
+
+def test_a_change_that_lowered_validation_is_reverted_before_the_next_delta(tmp_path):
+    with FakeOpenAIServer(reply=delta_reply) as server:
+        evolver = PlaybookEvolver(client_for(server, tmp_path), candidates=1)
+        p0 = {"writer": CORE}
+        step = evolver.propose(p0, SUMMARY, cycle=0, history=[(p0, 0.5)])
+        assert step.prompts["writer"] == render_playbook(
+            CORE, [("r1", "Replace a stored value when the user says it changed.")]
+        )
+        assert step.changes["writer"] == [
+            "added r1: Replace a stored value when the user says it changed."
+        ]
+        assert step.tokens == 15  # the fake server's 10 + 5 per answer
+        worse = {"writer": render_playbook(CORE, [("r1", "Keep dates exact in memory.")])}
+        step = evolver.propose(worse, SUMMARY, cycle=1, history=[(p0, 0.5), (worse, 0.4)])
+        # back to cycle 0's prompt, then the new rule gets an id never used before (r2)
+        assert step.prompts["writer"] == render_playbook(
+            CORE, [("r2", "Replace a stored value when the user says it changed.")]
+        )
+        assert step.changes["writer"][0] == "reverted cycle 1's change: validation 0.500 -> 0.400"
+        assert "counts: " not in " ".join(step.changes["writer"])  # r1 is gone with the revert
+        # the reflector sees each rule's counts
+        step = evolver.propose(worse, SUMMARY, cycle=1, history=[(p0, 0.4), (worse, 0.5)])
+        assert (
+            "[r1] helpful 1 / harmful 0: Keep dates exact"
+            in server.requests[-1]["messages"][-1]["content"]
+        )
+        assert step.changes["writer"][-1] == "counts: r1 helpful 1 / harmful 0"
+
+
+def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_taken(tmp_path):
+    from types import SimpleNamespace
+
+    rules = iter(
+        ["Keep dates exact in memory.", "Note the user's job title.", "Keep dates exact in memory."]
+    )
+
+    def sampled(body):
+        return json.dumps({"op": "ADD", "id": "new", "rule": next(rules)})
+
+    def screen_with(values):
+        seen = []
+
+        def screen(prompts):
+            seen.append(prompts["writer"])
+            return SimpleNamespace(state_accuracy=values[len(seen) - 1], tokens=100)
+
+        return screen, seen
+
+    with FakeOpenAIServer(reply=sampled) as server:
+        evolver = PlaybookEvolver(client_for(server, tmp_path), candidates=3)
+        screen, seen = screen_with([0.5, 0.6, 0.7])  # current, then the two distinct candidates
+        step = evolver.propose({"writer": CORE}, SUMMARY, cycle=0, screen=screen)
+        # three sampled requests (distinct seeds), two distinct candidates after the merge
+        assert [b["temperature"] for b in server.requests] == [0.8] * 3
+        assert len({b["seed"] for b in server.requests}) == 3
+    assert seen[0] == CORE and len(seen) == 3
+    assert step.prompts["writer"] == render_playbook(CORE, [("r1", "Note the user's job title.")])
+    assert step.changes["writer"][-1] == "replay screen 0.600, 0.700 vs current 0.500"
+    assert step.tokens == 3 * 15 + 3 * 100  # the reflector's and the screening's
+
+    rules = iter(
+        ["Keep dates exact in memory.", "Note the user's job title.", "Note the user's job title."]
+    )
+    with FakeOpenAIServer(reply=sampled) as server:
+        evolver = PlaybookEvolver(client_for(server, tmp_path / "other"), candidates=3)
+        screen, seen = screen_with([0.7, 0.6, 0.7])  # nothing beats the current prompt
+        step = evolver.propose({"writer": CORE}, SUMMARY, cycle=0, screen=screen)
+    assert step.prompts == {"writer": CORE}
+    assert (
+        "no candidate beat the current prompt on replay (0.600, 0.700 vs 0.700)"
+        in step.errors["writer"]
+    )
+
+
+def test_an_unusable_reply_keeps_the_prompts(tmp_path):
+    with FakeOpenAIServer(reply="not json") as server:
+        step = PlaybookEvolver(client_for(server, tmp_path)).propose(
+            {"writer": CORE}, SUMMARY, cycle=0
+        )
+    assert step.prompts == {"writer": CORE} and "reflector reply unusable" in step.errors["writer"]
+
+
+def test_the_playbook_evolver_passes_check_evolver(tmp_path):
+    with FakeOpenAIServer(reply=delta_reply) as server:
+        report = check_evolver(lambda: PlaybookEvolver(client_for(server, tmp_path)))
+    assert report.ok
+
+
+def test_evolve_with_the_playbook_selects_on_the_objective(tmp_path):
+    import yaml
+
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.testing import evolve_loop_reply, fake_roles, scripted_builder
+
+    (tmp_path / "awi.yaml").write_text("type: awi\n")
+    (tmp_path / "exp.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "experiment": "pb",
+                "environment": {
+                    "procedural": {"users": 4, "periods": 1, "questions": 2, "seed": 1},
+                    "train_users": 2,
+                    "val_users": 1,
+                    "test_users": 1,
+                },
+                "policy": "awi.yaml",
+                "evolvers": ["playbook"],
+                "objective": "state_accuracy",
+                "cycles": 3,
+                "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+                "out_dir": str(tmp_path / "runs"),
+            }
+        )
+    )
+    config = load_config(tmp_path / "exp.yaml", EvolveConfig)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as server:
+        roles = fake_roles(server.base_url, tmp_path / "c.sqlite")
+        (outcome,) = run_evolve(config, progress=False, clients=roles, builder=scripted_builder())
+    prompts = [
+        json.loads((outcome.run_dir / f"cycle_{k:02d}" / "prompts.json").read_text())
+        for k in range(3)
+    ]
+    # the scripted policy's state answers do not depend on its prompt: every candidate screens
+    # the same as the current prompt on replay, so none is taken
+    assert prompts[0] == prompts[1] == prompts[2]
+    step = json.loads((outcome.run_dir / "cycle_00" / "evolve.json").read_text())
+    assert "no candidate beat the current prompt on replay" in step["errors"]["writer"]
+    screened = list((outcome.run_dir / "cycle_00" / "screen").iterdir())
+    assert len(screened) == 2  # the current prompt and the one distinct candidate
+    values = [c.score("val", "state_accuracy") for c in outcome.cycles]
+    best = max(range(3), key=lambda k: (values[k], -k))
+    assert outcome.selection.cycle == best and outcome.selection.rule == "best val_state_accuracy"
+    assert outcome.selection.val_objective == values[best]
