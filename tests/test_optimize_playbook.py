@@ -253,3 +253,41 @@ def test_evolve_with_the_playbook_selects_on_the_objective(tmp_path):
     best = max(range(3), key=lambda k: (values[k], -k))
     assert outcome.selection.cycle == best and outcome.selection.rule == "best val_state_accuracy"
     assert outcome.selection.val_objective == values[best]
+
+
+def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evaluation(tmp_path):
+    from memloop.environment.procedural import generate_procedural
+    from memloop.feedback.evaluate import run_evaluation
+    from memloop.optimize.replay_score import replay_screen
+    from memloop.testing import ScriptedPolicy, evolve_loop_reply
+
+    items = generate_procedural(users=2, periods=1, questions=3, seed=2)
+    asked: list[str] = []
+
+    class Counting(ScriptedPolicy):
+        def answer(self, prompt, *, schema=None):
+            asked.append(prompt)
+            return super().answer(prompt, schema=schema)
+
+    def factory(uid, workdir, client):
+        return Counting()
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as server:
+        client = client_for(server, tmp_path)
+        result = run_evaluation(
+            items, factory, tmp_path / "onpolicy", agent_client=client, progress=False
+        )
+        evaluated = len(asked)
+        asked.clear()
+        sent = len(server.requests)
+        screening = replay_screen(
+            items, factory, client, tmp_path / "onpolicy" / "episodes", tmp_path / "screen"
+        )
+        assert len(server.requests) == sent  # the scripted policy needs no model to screen
+    periods = sum(len(i.periods) for i in items)
+    assert len(asked) == periods * 3  # one state query per question, nothing else
+    assert evaluated == periods * 3 * 2  # the evaluation: a choice and a state query per question
+    pairs = sum(len(qa.required_info) for i in items for qa in i.qas) * len(items[0].periods)
+    assert screening.pairs == pairs
+    # the same answers as the evaluation's state queries (the scripted policy's are fixed)
+    assert screening.state_accuracy == pytest.approx(result.metrics["state_accuracy"])

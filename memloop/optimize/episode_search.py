@@ -38,11 +38,24 @@ class EpisodeSearch:
         if getattr(evolver, "wants_history", False):
             extra["history"] = list(history)
         if getattr(evolver, "wants_screen", False) and ctx.train:
+            from memloop.core.files import json_sha256
             from memloop.optimize.replay_score import replay_screen
 
             recording = ctx.store.cycle_dir(k) / "episodes"
             out = ctx.store.cycle_dir(k) / "screen"
-            extra["screen"] = lambda prompts: replay_screen(ctx, ctx.train, prompts, recording, out)
+
+            def screen(prompts: dict[str, str]) -> Any:
+                return replay_screen(
+                    ctx.train,
+                    ctx.factory(prompts),
+                    ctx.clients.agent,
+                    recording,
+                    out / json_sha256(prompts)[:12],  # one folder per screened prompt
+                    periods=ctx.config.environment.periods,
+                    parallel_users=ctx.config.parallel_users,
+                )
+
+            extra["screen"] = screen
         return extra
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from memloop.core.files import json_sha256
 from memloop.environment.data import UserItem
-from memloop.environment.episode import run_episodes
+from memloop.environment.episode import PolicyFactory, run_episodes
 from memloop.feedback.probes import StateProber
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.scoring import state_accuracy
-
-if TYPE_CHECKING:
-    from memloop.optimize.context import RunContext
+from memloop.llm.client import ChatClient
 
 
 @dataclass
@@ -38,25 +34,28 @@ class Screening:
 
 
 def replay_screen(
-    ctx: RunContext,
     items: list[UserItem],
-    prompts: dict[str, str],
+    policy_factory: PolicyFactory,
+    agent_client: ChatClient,
     recording: Path,
     out: Path,
+    *,
+    periods: int | None = None,
+    parallel_users: int = 2,
 ) -> Screening:
-    """Screen `prompts` on `items`' conversations recorded under `recording` (an episodes folder).
+    """Screen the policies `policy_factory` builds on `items`' conversations under `recording`.
 
-    Checkpointed under `out/<candidate hash>`, so a rerun asks nothing again.
+    `recording` is an episodes folder of an on-policy run of those users; the screening is
+    checkpointed under `out`, so a rerun asks nothing again.
     """
-    folder = Path(out) / json_sha256(prompts)[:12]
     episodes = run_episodes(
         items,
-        ctx.factory(prompts),
-        ctx.clients.agent,
-        folder,
+        policy_factory,
+        agent_client,
+        Path(out),
         probe=StateProber(),
-        periods=ctx.config.environment.periods,
-        max_users_in_parallel=ctx.config.parallel_users,
+        periods=periods,
+        max_users_in_parallel=parallel_users,
         replay_from=Path(recording),
         progress=False,
     )
