@@ -8,6 +8,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -119,16 +120,28 @@ def sqlite_problem(path: str | Path) -> str | None:
     path = Path(path)
     if path.is_dir():
         return "is a folder, not a database file"
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
+    key = str(path.resolve())
+    with _SQLITE_CHECKED_LOCK:
+        # Read each file once per process, before this process connects to it: closing any
+        # descriptor of a sqlite file releases the POSIX locks of every sqlite connection the
+        # process holds on it, and a write under a lost lock corrupts the database.
+        if key in _SQLITE_CHECKED:
+            return None
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            head = b""
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror})"
+        if head and head != SQLITE_HEADER:
+            return "is not a sqlite database"
+        _SQLITE_CHECKED.add(key)
         return None
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    if head and head != SQLITE_HEADER:
-        return "is not a sqlite database"
-    return None
+
+
+_SQLITE_CHECKED: set[str] = set()  # files sqlite_problem found fine in this process
+_SQLITE_CHECKED_LOCK = threading.Lock()
 
 
 def store_lock(uri: str) -> contextlib.AbstractContextManager[Any]:

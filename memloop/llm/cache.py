@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.files import json_sha256, sqlite_problem
+from memloop.core.files import file_lock, json_sha256, sqlite_problem
 
 
 def cache_key(
@@ -54,7 +54,9 @@ class ResponseCache:
         self.hits = 0  # lookups answered from the file by this object
         self.stores = 0  # new responses written by this object (= model responses received)
         self._make_folder()
-        with self._init_lock:
+        # processes opening a new cache at once would otherwise read each other's half-made
+        # file (sqlite: "database disk image is malformed"): one opens it at a time
+        with self._init_lock, file_lock(f"{self.path}.lock"):
             self._open_checked()
 
     def _make_folder(self) -> None:
