@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,12 +192,10 @@ class RepeatSummary:
 
 
 def _mean_sd(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and sample SD (None where undefined: no values, or fewer than two for the SD)."""
     if not values:
         return None, None
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def _per_user_mean(maps: list[dict[str, float]]) -> dict[str, float]:
