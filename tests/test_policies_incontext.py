@@ -15,7 +15,7 @@ from memloop.core.errors import UserError
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.policies import AWIConfig, NativeConfig, build_policy
-from memloop.policies.awi import apply_edits, normalize_label
+from memloop.policies.awi import apply_edits, grounded, normalize_label
 from memloop.policies.base import MessageBuffer, estimate_messages_tokens, estimate_tokens
 from memloop.policies.native import _ranges
 from memloop.testing.fake_server import FakeOpenAIServer
@@ -143,7 +143,10 @@ def test_apply_edits_sets_overwrites_deletes_and_ignores():
 
 def test_awi_overwrites_a_changed_fact_and_deletes_a_stale_one(fake, tmp_path):
     client = _client(fake, tmp_path)
-    policy = build_policy(AWIConfig(update_freq=2, short_term_len=0), client)
+    # the scripted writer embellishes "a small car" as "a red Fiat": the grounding check is off
+    # here (test_awi_drops_values_the_user_never_gave has it on)
+    config = AWIConfig(update_freq=2, short_term_len=0, grounded_values=False)
+    policy = build_policy(config, client)
     policy.respond("[Current Time: 2024-01-06 19:40:00]\nI just moved to Lisbon.")
     policy.respond("I drive a small car to work.")
     assert policy.facts["home_city"]["value"] == "Lisbon"
@@ -374,3 +377,24 @@ def test_recall_is_judged_on_written_memory_never_the_raw_buffer(tmp_path):
     assert len(before.claims) == len(said) > 0
     assert [c.supported for c in before.claims] == [False] * len(said)
     assert [c.supported for c in after.claims] == [True] * len(said)
+
+
+def test_awi_drops_values_the_user_never_gave(fake, tmp_path):
+    client = _client(fake, tmp_path)
+    policy = build_policy(AWIConfig(update_freq=2, short_term_len=0), client)
+    policy.respond("[Current Time: 2024-01-06 19:40:00]\nI just moved to Lisbon.")
+    policy.respond("I drive a small car to work.")
+    # "a red Fiat" shares no word with "I drive a small car to work.": dropped and counted
+    assert policy.memory_view() == "Memory (label: value):\nhome_city: Lisbon"
+    assert policy.stats()["ungrounded_values"] == 1
+
+
+def test_grounded_compares_words_up_to_their_endings():
+    said = "Hello. I share a house with several housemates. I read everything on my e-reader."
+    assert grounded("housemates", "several housemates", said)
+    assert grounded("reading", "reads on an e-reader", said)  # "reader" was said
+    assert grounded("shared_housing", "yes", said)  # a bare "yes" leans on its label: "share"
+    assert not grounded("has_pets", "yes", said)  # neither label nor value was said
+    assert not grounded("home_city", "New York", said)
+    assert not grounded("capital_of_france", "Paris", "What is the capital of France?")
+    assert grounded("weekly_runs", "3 runs a week", "I run 3 times a week now")

@@ -111,3 +111,17 @@ def test_awe_retrieves_a_planted_fact(local_client, tmp_path):
     )
     assert policy.memory_view() == view
     policy.close()
+
+
+def test_awi_writes_nothing_from_a_conversation_without_user_facts(local_client, tmp_path):
+    # issue 16's "New York" case: the writer once stored the prompt's own example value whatever
+    # the user said; a question, small talk and thanks give it no fact about the user
+    policy = build_policy(AWI, local_client, tmp_path / "work")
+    for message in (
+        "Hi! Can you tell me a joke about cats?",
+        "What is the capital of France?",
+        "Thanks, that was funny. Which one is bigger, a lion or a tiger?",
+    ):
+        policy.respond(message)
+    assert policy.writes >= 1  # the writer ran on the oldest turns and wrote nothing
+    assert policy.memory_view() == "Memory (label: value):\n(empty)"

@@ -208,6 +208,8 @@ class RunContext:
             "env": self.env_desc,
             "users": {split: [i.id for i in items] for split, items in self.users.items()},
             "policy": self.policy_config.model_dump(mode="json"),
+            # the prompts a run starts from: edited default prompts are a new run
+            "initial_prompts_sha256": json_sha256(self.initial_prompts),
             "mode": self.mode,
             "evolver": self.evolver_name,
             "search": self.search_spec,

@@ -69,6 +69,40 @@ def apply_edits(
     return counts
 
 
+_WORD = re.compile(r"[0-9a-z]+")
+_FILLER = frozenset(
+    "the and for with from that this they their them she her his him its are was were has have "
+    "had not now currently user users about into than then there here very also yes true false "
+    "none".split()
+)
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _FILLER}
+
+
+def _shares_word(words: set[str], source: set[str]) -> bool:
+    """Whether a word of `words` is in `source`, up to its ending (first 5 letters)."""
+    stems = {w[:5] for w in source}
+    return any(w[:5] in stems for w in words)
+
+
+def grounded(label: str, value: str, user_text: str) -> bool:
+    """Whether a written (label, value) comes from what the user said.
+
+    The value must share a word with the user's messages; a value without content words ("yes",
+    "2") leans on its label instead. A value the user never gave ("home_city: New York" from an
+    excerpt about reading habits, "capital_of_france: Paris" from a question) is not grounded. A
+    paraphrase sharing no word with the user (told "Berlin", written "Germany") is dropped too:
+    the price of the check.
+    """
+    source = _content_words(user_text)
+    words = _content_words(value)
+    if not words:
+        words = _content_words(label.replace("_", " "))
+    return _shares_word(words, source)
+
+
 def _field(edit: Any, name: str) -> Any:
     return edit.get(name) if isinstance(edit, dict) else getattr(edit, name, None)
 
@@ -88,6 +122,7 @@ class AWIPolicy(BufferedMemoryPolicy):
         self.writes = 0  # writer calls that returned edits
         self.write_errors = 0  # writer calls whose answer could not be parsed
         self.last_write_error: str | None = None
+        self.ungrounded = 0  # written values dropped: they share no word with the user's messages
 
     # -- prompts ------------------------------------------------------------------------------
 
@@ -124,7 +159,18 @@ class AWIPolicy(BufferedMemoryPolicy):
             self.last_write_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             return
         self.writes += 1
-        apply_edits(self.facts, prediction.edits or [], step=self.writes, time=time)
+        edits = list(prediction.edits or [])
+        if self.config.grounded_values:
+            said = " ".join(m["content"] for m in batch if m["role"] == "user")
+            kept = [
+                e
+                for e in edits
+                if _field(e, "value") is None
+                or grounded(str(_field(e, "label") or ""), str(_field(e, "value")), said)
+            ]
+            self.ungrounded += len(edits) - len(kept)
+            edits = kept
+        apply_edits(self.facts, edits, step=self.writes, time=time)
 
     # -- views and state ----------------------------------------------------------------------
 
@@ -139,6 +185,7 @@ class AWIPolicy(BufferedMemoryPolicy):
             "facts": len(self.facts),
             "writes": self.writes,
             "write_errors": self.write_errors,
+            "ungrounded_values": self.ungrounded,
             "buffered_messages": len(self.buffer.messages),
         }
 
@@ -149,6 +196,7 @@ class AWIPolicy(BufferedMemoryPolicy):
             "writes": self.writes,
             "write_errors": self.write_errors,
             "last_write_error": self.last_write_error,
+            "ungrounded": self.ungrounded,
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -159,6 +207,7 @@ class AWIPolicy(BufferedMemoryPolicy):
         self.writes = int(state["writes"])
         self.write_errors = int(state["write_errors"])
         self.last_write_error = state.get("last_write_error")
+        self.ungrounded = int(state.get("ungrounded", 0))
 
     def _save_extra(self, directory: Path) -> None:
         save_program(self.program, directory / PROGRAM_FILE)

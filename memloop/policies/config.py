@@ -78,6 +78,12 @@ class AWIConfig(_BufferedConfig):
     """Agentic write, in-context: an LLM writer keeps labelled facts in the system prompt."""
 
     type: Literal["awi"] = "awi"
+    grounded_values: bool = Field(
+        True,
+        strict=True,
+        description="drop a written value that shares no word with the user's messages it was "
+        "written from (a value the user never gave, e.g. an example echoed from the prompt)",
+    )
 
     def default_name(self) -> str:
         return f"awi-{self.update_freq}-{self.short_term_len}"

@@ -38,6 +38,12 @@ was sent; it is not a fact about the user.
 - Return an empty list of edits when nothing needs to change."""
 
 
+# The example label is kept on purpose, though the embedded 1.5B model echoes it ("home_city: New
+# York" in every user's memory, issue 16): without it the 0.5B model stopped following a change of
+# city, and a rewrite telling the writer to skip the user's questions made it store its own answer
+# to one. AWI's grounding check (policies/awi.py::grounded) drops any value the user never gave.
+
+
 class MemoryEdit(pydantic.BaseModel):
     label: str = pydantic.Field(description="snake_case name of the fact")
     value: str | None = pydantic.Field(description="the full new value, or null to delete")
