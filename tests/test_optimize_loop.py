@@ -200,7 +200,7 @@ def test_shipped_experiment_files_parse():
 
 def test_compare_table_and_prompt_diff(tmp_path, capsys):
     from memloop.experiments.cli import main
-    from memloop.optimize.compare import compare
+    from memloop.optimize.compare import _paired_cell, compare
 
     with FakeOpenAIServer(reply=fake_reply) as fake:
         config, outcomes = run(
@@ -229,13 +229,15 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
         assert r.delta == (pytest.approx(sum(pairs) / len(pairs)) if pairs else None)
     base, evolved = result["rows"]
     assert not base.vs_baseline  # the run without evolution is the baseline
-    for metric in ("memory_score", "state_accuracy", "memory_gain"):
+    for metric in ("memory_score", "state_accuracy", "memory_gain", "factual_recall"):
         expected = {
             u: evolved.per_user[metric][u] - base.per_user[metric][u]
             for u in set(evolved.per_user[metric]) & set(base.per_user[metric])
         }
         paired = evolved.vs_baseline[metric]
         assert paired.n == len(expected)
+        cell = _paired_cell(paired, 2)  # 2 test users; fewer define a memory score at times
+        assert cell.endswith(f" (n={paired.n})") == (paired.diff is not None and paired.n < 2)
         if expected:
             assert paired.diff == pytest.approx(sum(expected.values()) / len(expected))
         else:

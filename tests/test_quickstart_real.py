@@ -1,6 +1,7 @@
-"""`memloop quickstart` in a reduced size on the embedded 0.5B model with real MLflow: three
-feedback modes, two cycles; the MLflow contents, the printed table, the plot, and a rerun that
-is served without a single new model response."""
+"""`memloop quickstart` in a reduced size on the embedded 0.5B model with real MLflow: no
+evolution against the playbook evolver, two cycles, a training, a validation and two test users;
+the MLflow contents, the printed paired comparison, the plot, and a rerun that is served without
+a single new model response."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from memloop.experiments.cli import main
 pytestmark = pytest.mark.real_model
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("none", "question_only", "complete")
+MODES = ("none", "complete")
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +33,16 @@ def quickstart(tmp_path_factory, local_client):
         **full,
         "experiment": "quickstart-test",
         "environment": {
-            # no validation user here (the GEPA and tune real tests have one): the run selects
-            # nothing and its headline is the last cycle on the test user
-            "procedural": {"users": 2, "periods": 1, "questions": 1, "seed": 5},
+            "procedural": {"users": 4, "periods": 1, "questions": 1, "seed": 5},
             "train_users": 1,
-            "val_users": 0,
-            "test_users": 1,
+            "val_users": 1,
+            "test_users": 2,
         },
         "cycles": 2,
         # the copy lives elsewhere: name the shipped policy file absolutely
         "policy": str(ROOT / "memloop/experiments/policies/awi-quickstart.yaml"),
     }
+    config.pop("endpoints")  # --endpoint below gives every role the session's 0.5B server
     path = root / "quickstart.yaml"
     path.write_text(yaml.safe_dump(config))
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
@@ -85,14 +85,17 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
     for mode, run in runs.items():
         rid = run.info.run_id
         assert run.info.status == "FINISHED"
-        assert not mlc.get_metric_history(rid, "val_overall")
-        assert run.data.tags["memloop.selection"] == "cycle 1: last cycle (no validation score)"
-        for split in ("train", "test"):
+        assert run.data.tags["memloop.objective"] == "state_accuracy"
+        # the cycle with the best validation state accuracy (the earliest on a tie)
+        val = [m.value for m in mlc.get_metric_history(rid, "val_state_accuracy")]
+        chosen = max(range(len(val)), key=lambda k: (val[k], -k))
+        assert run.data.tags["memloop.selection"] == f"cycle {chosen}: best val_state_accuracy"
+        for split in ("train", "val", "test"):
             for key in ("factual_recall", "overall"):
                 steps = [m.step for m in mlc.get_metric_history(rid, f"{split}_{key}")]
                 assert steps == [0, 1], (split, key)
         assert run.data.params["scorer_version"] == "2"
-        assert run.data.params["splits.test_users"] == "1"
+        assert run.data.params["splits.test_users"] == "2"
         artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
         assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}
         name = run.data.tags["memloop.prompt_name"]
@@ -126,6 +129,9 @@ def test_table_and_plot(quickstart, first_run):
     for mode in MODES:
         assert re.search(rf"\b{mode}\b", out), out
     assert "model responses this run:" in out
+    assert "paired with the baseline none/none on the same users" in out
+    assert re.search(r"complete/playbook\s+2\s", out), out  # n = the 2 test users
+    assert "diff factual_recall" in out
     assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
     plot = root / "out" / "quickstart.png"
     from matplotlib.image import imread
@@ -139,8 +145,10 @@ def test_table_and_plot(quickstart, first_run):
 def test_rerun_is_served_without_new_model_responses(quickstart, first_run, capsys):
     _, _, args = quickstart
     assert main(args) == 0
-    out = capsys.readouterr().out
-    assert re.search(r"model responses this run: 0 new", out), out
+    captured = capsys.readouterr()
+    assert re.search(r"model responses this run: 0 new", captured.out), captured.out
+    # no library noise: MLflow's artifact bars, matplotlib's or any other warning
+    assert "Downloading artifacts" not in captured.err and "Warning" not in captured.err
 
 
 def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
@@ -148,7 +156,7 @@ def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
     quickstart's cycle-0 episodes, so the model work is the quickstart's (served from the cache)."""
     root, _, _ = quickstart
     env = root / "env.json"
-    procedural = ["--users", "2", "--periods", "1", "--questions", "1", "--seed", "5"]
+    procedural = ["--users", "4", "--periods", "1", "--questions", "1", "--seed", "5"]
     assert main(["env", "procedural", *procedural, "--out", str(env)]) == 0
     args = [
         "eval",
@@ -162,6 +170,8 @@ def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
         str(root / "endpoint.yaml"),
         "--rounds-update",
         "1",
+        "--users",
+        "2",
     ]
     capsys.readouterr()
     assert main(args) == 0

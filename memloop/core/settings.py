@@ -29,6 +29,8 @@ def apply_offline_defaults() -> None:
         "MEM0_TELEMETRY": "False",
         "MEM0_DIR": str(root / "mem0"),
         "MLFLOW_DISABLE_TELEMETRY": "true",
+        # compare and quickstart read small artifacts: no "Downloading artifacts" bar for each
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "DO_NOT_TRACK": "true",
         "DSPY_CACHEDIR": str(root / "dspy"),
         "HF_HUB_OFFLINE": "1",

@@ -29,7 +29,7 @@ from memloop.optimize import tracking
 from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
 
 HEADLINE_SPLIT = "test"
-PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain")
+PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain", "factual_recall")
 
 
 @dataclass
@@ -242,6 +242,7 @@ _ROW_FIELD = {
     "memory_score": "selected",
     "state_accuracy": "state_accuracy",
     "memory_gain": "memory_gain",
+    "factual_recall": "factual_recall",
 }
 
 
@@ -266,12 +267,23 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
     return rows
 
 
-def _paired_cell(p: Paired | None) -> str:
+def _paired_n(paired: dict[str, Paired]) -> int:
+    """The users of a paired comparison: those with any metric defined for both conditions."""
+    return max((p.n for p in paired.values()), default=0)
+
+
+def _paired_cell(p: Paired | None, n: int | None = None) -> str:
+    """`+0.125 [-0.10,+0.35]`, with `(n=1)` after it when fewer users than `n` define it.
+
+    A memory score is undefined where the upper bound does not beat random.
+    """
     if p is None or p.diff is None:
         return "n/a"
     text = f"{p.diff:+.3f}"
     if p.ci:
         text += f" [{p.ci[0]:+.2f},{p.ci[1]:+.2f}]"
+    if n is not None and p.n < n:
+        text += f" (n={p.n})"
     return text
 
 
@@ -343,12 +355,15 @@ def format_rows(rows: list[RunRow]) -> str:
                     [
                         r.condition,
                         *([r.repeat] if repeated else []),
-                        r.vs_baseline[PAIRED_METRICS[0]].n,
-                        *(_paired_cell(r.vs_baseline[m]) for m in PAIRED_METRICS),
+                        _paired_n(r.vs_baseline),
+                        *(
+                            _paired_cell(r.vs_baseline[m], _paired_n(r.vs_baseline))
+                            for m in PAIRED_METRICS
+                        ),
                     ]
                     for r in paired
                 ],
-                align="l" + ("r" if repeated else "") + "rlll",
+                align="l" + ("r" if repeated else "") + "r" + "l" * len(PAIRED_METRICS),
             ),
         ]
     if repeated:

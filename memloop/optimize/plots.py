@@ -44,7 +44,10 @@ def plot_cycles(outcomes: list[Any], path: Path, title: str = "") -> None:
     for ax, name in zip(axes, names, strict=True):
         ax.set(xlabel="cycle", ylabel=name, title=name)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a panel with no defined value has no lines
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "undefined", ha="center", va="center", transform=ax.transAxes)
     style_memory_score_axis(axes[0], scores)
     axes[1].set_ylim(-0.02, 1.02)
     axes[2].set_ylim(-0.02, 1.02)

@@ -1,7 +1,8 @@
 """`memloop quickstart`: the whole toolkit in one command with no key and no network.
 
-A procedural environment, AWI evolution under no-evolution, question-only and complete feedback,
-MLflow logging, the comparison table and a plot of memory score and factual recall per cycle.
+A procedural environment with training, validation and test users; AWI without evolution and
+with the playbook evolver; MLflow logging; the paired comparison on the test users; the prompt
+diff; and a plot of memory score, state accuracy and factual recall per cycle.
 """
 
 from __future__ import annotations
