@@ -25,7 +25,7 @@ check: $(STAMP)
 	$(BIN)/memloop llm check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 
 # ruff (lint + format check) over the whole tree; mypy over the packages listed in pyproject.toml.
 lint: $(STAMP)
