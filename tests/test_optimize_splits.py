@@ -49,11 +49,11 @@ def write_config(root: Path, **over) -> Path:
     return path
 
 
-def run(root: Path, fake: FakeOpenAIServer, **over):
+def run(root: Path, fake: FakeOpenAIServer, cache: Path | None = None, **over):
     from memloop.optimize.evolve import run_evolve
 
     config = load_config(write_config(root, **over), EvolveConfig)
-    roles = fake_roles(fake.base_url, root / "c.sqlite")
+    roles = fake_roles(fake.base_url, cache or root / "c.sqlite")
     return config, run_evolve(config, progress=False, clients=roles, builder=builder)
 
 
@@ -95,7 +95,10 @@ def choices(outcome) -> dict:
 
 @pytest.mark.parametrize("search", ["episode", "period", "gepa"])
 def test_poisoned_test_users_change_no_selection(tmp_path, monkeypatch, search):
-    over = {"search": search, "cycles": 2}
+    # one response cache for both runs: the poison changes reported test numbers, not requests,
+    # so the poisoned run is answered from the cache unless a test number steers a choice (a
+    # different request then goes to the server, and the choices below differ)
+    over = {"search": search, "cycles": 2, "cache": tmp_path / "c.sqlite"}
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         _, (clean,) = run(tmp_path / "clean", fake, **over)
         with monkeypatch.context() as m:
