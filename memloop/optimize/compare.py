@@ -267,9 +267,10 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
     return rows
 
 
-def _paired_n(paired: dict[str, Paired]) -> int:
-    """The users of a paired comparison: those with any metric defined for both conditions."""
-    return max((p.n for p in paired.values()), default=0)
+def _paired_cells(paired: dict[str, Paired]) -> list[Any]:
+    """n, then one cell per PAIRED_METRICS; n = the users with any metric defined for both."""
+    n = max((p.n for p in paired.values()), default=0)
+    return [n, *(_paired_cell(paired[m], n) for m in PAIRED_METRICS)]
 
 
 def _paired_cell(p: Paired | None, n: int | None = None) -> str:
@@ -352,15 +353,7 @@ def format_rows(rows: list[RunRow]) -> str:
                     *(f"diff {m}" for m in PAIRED_METRICS),
                 ],
                 [
-                    [
-                        r.condition,
-                        *([r.repeat] if repeated else []),
-                        _paired_n(r.vs_baseline),
-                        *(
-                            _paired_cell(r.vs_baseline[m], _paired_n(r.vs_baseline))
-                            for m in PAIRED_METRICS
-                        ),
-                    ]
+                    [r.condition, *([r.repeat] if repeated else []), *_paired_cells(r.vs_baseline)]
                     for r in paired
                 ],
                 align="l" + ("r" if repeated else "") + "r" + "l" * len(PAIRED_METRICS),
