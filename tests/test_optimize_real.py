@@ -7,6 +7,7 @@ MLflow contents, compare and `memloop eval` are covered by test_quickstart_real.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,9 @@ def test_gepa_two_cycles(workspace, local_client):
         "feedback_modes": ["complete"],
         "search": "gepa",
         "cycles": 2,
+        # one iteration: the seed on the validation user (1), the parent and its new candidate's
+        # replay screen on the training user (2)
+        "gepa": {"minibatch_size": 1, "max_metric_calls": 3},
         "rounds": {"init": 1, "update": 1},
         "endpoints": endpoints(endpoint),
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
@@ -72,6 +76,12 @@ def test_gepa_two_cycles(workspace, local_client):
         assert steps[:2] == [0, 1], split
     assert "gepa_val_score" in run.data.metrics
     assert run.data.tags["memloop.search"] == "gepa"
+    # GEPA proposed a candidate beyond the seed and screened it by replaying the training
+    # user's recorded conversation (its minibatch held no new on-policy episode)
+    (run_dir,) = (root / "runs").glob("*gepa*")
+    assert len(list(run_dir.glob("candidates/*.json"))) >= 2
+    screened = list(run_dir.glob("candidates/*/screen/*/*/period_00/record.json"))
+    assert screened and all(json.loads(p.read_text())["mode"] == "off_policy" for p in screened)
 
 
 @pytest.mark.slow

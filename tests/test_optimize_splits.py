@@ -331,3 +331,80 @@ def test_every_search_resumes_without_a_request_and_yields_the_same_records(tmp_
     assert [c.model_dump() for c in again.cycles] == [c.model_dump() for c in first.cycles]
     assert [c.cycle for c in first.cycles] == list(range(len(first.cycles)))
     assert all(set(c.splits) == {"train", "val", "test"} for c in first.cycles)
+
+
+# ---------------------------------------------------------------- GEPA's replay screen
+
+
+def test_gepa_screens_a_new_candidate_by_replaying_its_parents_conversations(tmp_path, monkeypatch):
+    from memloop.feedback.scoring import state_accuracy
+    from memloop.optimize.gepa_search import EpisodeAdapter, candidate_id
+
+    screened = []
+    real = EpisodeAdapter.replay
+
+    def spy(self, batch, candidate):
+        recordings = {item.id: self.recorded[item.id] for item in batch}
+        result = real(self, batch, candidate)
+        screened.append((candidate, recordings, dict(zip(recordings, result.scores, strict=True))))
+        return result
+
+    monkeypatch.setattr(EpisodeAdapter, "replay", spy)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, (outcome,) = run(tmp_path / "replay", fake, search="gepa", cycles=2)
+        _, (on_policy,) = run(
+            tmp_path / "none",
+            fake,
+            search="gepa",
+            cycles=2,
+            gepa={"minibatch_size": 1, "max_metric_calls": 6, "screen": "none"},
+        )
+    assert screened, "GEPA proposed no candidate to screen"
+    train_ids = {item.id for item in outcome_train(config)}
+    for candidate, recordings, scores in screened:
+        assert set(recordings) <= train_ids
+        for user, recording in recordings.items():
+            # the recording is the parent's on-policy episode, a different candidate's folder
+            assert recording.parent.name != candidate_id(candidate)
+            assert (recording / user / "period_00" / "record.json").is_file()
+            folder = next(
+                outcome.run_dir.glob(f"candidates/{candidate_id(candidate)}/screen/*/{user}")
+            )
+            records = [
+                PeriodRecord.model_validate_json(p.read_text())
+                for p in sorted(folder.glob("period_*/record.json"))
+            ]
+            assert records and {r.mode for r in records} == {"off_policy"}
+            questions = [
+                QuestionRecord.model_validate(q) for r in records for q in r.probes["questions"]
+            ]
+            assert scores[user] == state_accuracy(questions).accuracy
+    assert not list(on_policy.run_dir.glob("candidates/*/screen"))
+
+
+def outcome_train(config):
+    from memloop.optimize.context import load_environment, split_users
+
+    items, _ = load_environment(config.environment)
+    return split_users(items, config.environment, config.source)["train"]
+
+
+def test_search_tokens_count_what_no_cycle_counts(tmp_path):
+    from memloop.optimize.gepa_search import search_tokens
+
+    def record(path: Path, tokens: int) -> None:
+        path.mkdir(parents=True)
+        rec = PeriodRecord(
+            user_id="u",
+            period=0,
+            mode="on_policy",
+            sessions=[],
+            usage={"agent": {"total_tokens": tokens}, "probe": {"total_tokens": 1}},
+        )
+        (path / "record.json").write_text(rec.model_dump_json())
+
+    record(tmp_path / "a" / "episodes" / "u" / "period_00", 10)  # a cycle's: counted there
+    record(tmp_path / "a" / "screen" / "x" / "u" / "period_00", 5)
+    record(tmp_path / "b" / "episodes" / "u" / "period_00", 7)  # a candidate no cycle shows
+    assert search_tokens(tmp_path, {"a"}) == (5 + 1) + (7 + 1)
+    assert search_tokens(tmp_path, set()) == (10 + 1) + (5 + 1) + (7 + 1)

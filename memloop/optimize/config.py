@@ -93,6 +93,12 @@ class GepaSettings(_Strict):
         ge=1,
         description="episode evaluations budget; default: enough for the configured cycles",
     )
+    screen: Literal["replay", "none"] = Field(
+        "replay",
+        description="replay: a new candidate's training minibatch is scored by replaying its "
+        "parent's recorded conversations (state accuracy; optimize/replay_score.py); none: by "
+        "new on-policy episodes",
+    )
 
 
 class EvolveConfig(_Strict):

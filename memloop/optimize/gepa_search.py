@@ -6,6 +6,13 @@ its textual feedback is the user's budgeted feedback summary in the configured m
 from the training users (its trainset) and chooses on the validation users (its valset); test
 users are never shown to it.
 
+Screening (`gepa.screen: replay`, the default): GEPA accepts a new candidate only if it beats its
+parent on a training minibatch. The parent's minibatch runs on-policy (its episodes are the
+reflection's feedback); the new candidate's is scored by replaying those recorded conversations
+to it (optimize/replay_score.py: memory writes and state queries only), so both minibatch scores
+are state accuracies, whatever the run's objective; validation scores stay on-policy, on it.
+The search's own episodes and screens that no cycle shows count as `search_episodes` tokens.
+
 GEPA's state lives in the run folder (gepa_state/), so a restarted run resumes the search; every
 evaluated episode is checkpointed (candidates/<id>/episodes), so nothing finished is redone.
 
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memloop.core.errors import UserError
@@ -70,13 +78,54 @@ OBJECTIVE_TEXT = {
 }
 
 
+def search_tokens(root: Path, cycle_candidates: set[str]) -> int:
+    """Model tokens of the search's episodes that no cycle's evaluation counts.
+
+    A cycle's candidate is evaluated on every split in its own folder (its episodes are counted
+    by the cycle): the rest are the other candidates' episodes and every replay screen.
+    """
+    from memloop.environment.episode import load_record
+
+    total = 0
+    for path in root.glob("*/**/record.json"):
+        cid, part = path.relative_to(root).parts[:2]
+        if cid not in cycle_candidates or part == "screen":
+            usage = load_record(path).usage
+            total += sum(row.get("total_tokens", 0) for row in usage.values())
+    return total
+
+
+class FileLog:
+    """gepa's log, to a file only: its lines (whole proposed prompts) are not for a terminal."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def log(self, message: str) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(f"{message}\n")
+
+
 class EpisodeAdapter:
     """gepa.GEPAAdapter: evaluate a candidate on a batch of users by running their episodes."""
 
-    def __init__(self, ctx: RunContext):
+    # GEPAAdapter's optional hook, read as an attribute: without it gepa 0.1.4's proposer fails
+    # on every iteration and proposes nothing (the reflection LM then writes the new texts)
+    propose_new_texts = None
+
+    def __init__(self, ctx: RunContext, screen: bool = False):
         self.ctx = ctx
         self.root = ctx.run_dir / "candidates"
         self.omitted = 0  # questions left out of reflection feedback by the size budget
+        self.screen = screen  # screen new candidates on training users by replay
+        self.train_ids = {item.id for item in ctx.train}
+        self.recorded: dict[str, Path] = {}  # training user -> its latest on-policy episodes
+        self.screen_next = False  # set by ScreenNewCandidates before a new candidate's minibatch
+        self.screens = 0  # minibatches screened by replay
+
+    def objective(self, user_id: str) -> str:
+        """A training minibatch is scored on state accuracy when screening (a replay's measure)."""
+        return "state_accuracy" if self.screen and user_id in self.train_ids else self.ctx.objective
 
     def evaluate(self, batch, candidate, capture_traces=False):
         from gepa.core.adapter import EvaluationBatch
@@ -88,16 +137,69 @@ class EpisodeAdapter:
         scores, outputs, trajectories = [], [], []
         by_user = {e.user_id: e for e in result.episodes}
         for item in batch:
+            self.recorded[item.id] = out / "episodes"
             records, _ = collect(by_user[item.id].records)
-            value = user_score(records, self.ctx.objective)
+            value = user_score(records, self.objective(item.id))
             scores.append(value)
-            outputs.append({"user": item.id, self.ctx.objective: value})
+            outputs.append({"user": item.id, self.objective(item.id): value})
             if capture_traces:
                 summary, report = self.ctx.summary([item], records, max_chars=FEEDBACK_CHARS)
                 self.omitted += len(report.omitted)
                 trajectories.append({"user": item.id, "score": value, "summary": summary})
         return EvaluationBatch(
             outputs=outputs, scores=scores, trajectories=trajectories if capture_traces else None
+        )
+
+    def batch_evaluate(self, items):
+        """GEPA's minibatch evaluations: a parent's on-policy, a new candidate's by replay.
+
+        GEPA evaluates a parent on a training minibatch (on-policy: its episodes are the
+        reflection's feedback and become the recording), proposes a new candidate, and evaluates
+        that on the same minibatch to decide whether it may go on to the validation users. With
+        screening on, this second evaluation replays the parent's recorded conversations to the
+        new candidate (optimize/replay_score.py) instead of holding new ones.
+        """
+        screen, self.screen_next = self.screen and self.screen_next, False
+        return [
+            self.replay(batch, candidate)
+            if screen and all(item.id in self.recorded for item in batch)
+            else self.evaluate(batch, candidate, capture_traces=True)
+            for candidate, batch in items
+        ]
+
+    def replay(self, batch, candidate):
+        """State accuracy per user of `candidate` replayed on the users' latest recordings."""
+        from gepa.core.adapter import EvaluationBatch
+
+        from memloop.optimize.replay_score import replay_screen
+
+        cid = candidate_id(candidate)
+        atomic_write_json(self.root / f"{cid}.json", candidate)
+        by_user: dict[str, float | None] = {}
+        for recording in sorted({self.recorded[item.id] for item in batch}):
+            users = [item for item in batch if self.recorded[item.id] == recording]
+            screening = replay_screen(
+                users,
+                self.ctx.factory(candidate),
+                self.ctx.clients.agent,
+                recording,
+                self.root / cid / "screen" / json_sha256(str(recording))[:12],
+                periods=self.ctx.config.environment.periods,
+                parallel_users=self.ctx.config.parallel_users,
+            )
+            by_user.update(screening.by_user)
+        self.screens += 1
+        scores = [float(by_user.get(item.id) or 0.0) for item in batch]
+        return EvaluationBatch(
+            outputs=[
+                {"user": item.id, "state_accuracy": value, "screen": "replay"}
+                for item, value in zip(batch, scores, strict=True)
+            ],
+            scores=scores,
+            trajectories=[
+                {"user": item.id, "score": value, "summary": None, "screen": "replay"}
+                for item, value in zip(batch, scores, strict=True)
+            ],
         )
 
     def make_reflective_dataset(self, candidate, eval_batch, components_to_update):
@@ -132,23 +234,26 @@ class GepaSearch:
 
         train, valset = ctx.users["train"], ctx.users["val"]
         settings = ctx.config.gepa
+        minibatch = min(settings.minibatch_size, len(train))
         budget = settings.max_metric_calls or (
-            len(valset) + (ctx.config.cycles - 1) * (2 * settings.minibatch_size + len(valset))
+            len(valset) + (ctx.config.cycles - 1) * (2 * minibatch + len(valset))
         )
         optimizer = ctx.clients.optimizer.fork()
 
         def reflect(prompt: Any) -> str:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-            return optimizer.chat(messages, component="optimizer", max_tokens=1024).text
+            # capped by the optimizer endpoint's max_tokens (a small model copies the whole
+            # reflection prompt back, which an uncapped call pays for in full)
+            return optimizer.chat(messages, component="optimizer").text
 
         state_dir = ctx.run_dir / "gepa_state"
         state_dir.mkdir(parents=True, exist_ok=True)
         history_path = ctx.run_dir / "gepa_cycles.json"
         history = json.loads(history_path.read_text()) if history_path.is_file() else []
-        adapter = EpisodeAdapter(ctx)
+        adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay")
 
         class RecordIterations:
-            """Keeps, per finished iteration, the best candidate so far (a GEPA callback)."""
+            """GEPA callbacks: the best candidate after each iteration; screening's cue."""
 
             def on_iteration_end(self, event: Any) -> None:
                 state = event["state"]
@@ -166,6 +271,11 @@ class GepaSearch:
                 )
                 atomic_write_json(history_path, history)
 
+            def on_evaluation_start(self, event: Any) -> None:
+                # GEPA announces a new candidate's minibatch evaluation without an index
+                if event["candidate_idx"] is None:
+                    adapter.screen_next = True
+
         started = time.perf_counter()
         result = gepa.optimize(
             seed_candidate=dict(ctx.initial_prompts),
@@ -173,7 +283,7 @@ class GepaSearch:
             valset=list(valset),
             adapter=adapter,
             reflection_lm=reflect,
-            reflection_minibatch_size=min(settings.minibatch_size, len(train)),
+            reflection_minibatch_size=minibatch,
             candidate_selection_strategy="pareto",
             max_metric_calls=budget,
             run_dir=str(state_dir),
@@ -182,6 +292,7 @@ class GepaSearch:
             skip_perfect_score=False,
             raise_on_exception=True,
             callbacks=[RecordIterations()],
+            logger=FileLog(state_dir / "run_log.txt"),
         )
         search_seconds = round(time.perf_counter() - started, 1)
         sequence = [(dict(ctx.initial_prompts), result.val_aggregate_scores[0], 0)] + [
@@ -208,6 +319,9 @@ class GepaSearch:
                 )
                 if k == 0:  # the search's own work, counted once
                     record.tokens["optimizer"] = optimizer.usage.component("optimizer").total_tokens
+                    record.tokens["search_episodes"] = search_tokens(
+                        adapter.root, {candidate_id(c) for c, _, _ in sequence}
+                    )
                     record.seconds += search_seconds
                 ctx.store.save(record)
             yield record

@@ -14,7 +14,7 @@ test users; selection stays on validation users.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memloop.environment.data import UserItem
@@ -31,6 +31,7 @@ class Screening:
     pairs: int
     tokens: int  # the model tokens the screening took (served from the cache or not)
     requests: int  # requests sent to the endpoint (0 on a rerun)
+    by_user: dict[str, float | None] = field(default_factory=dict)  # each user's state accuracy
 
 
 def replay_screen(
@@ -59,20 +60,30 @@ def replay_screen(
         replay_from=Path(recording),
         progress=False,
     )
-    records = [
-        QuestionRecord.model_validate(q)
+    by_user = {
+        e.user_id: [
+            QuestionRecord.model_validate(q)
+            for r in e.records
+            for q in (r.probes or {}).get("questions", [])
+        ]
         for e in episodes
-        for r in e.records
-        for q in (r.probes or {}).get("questions", [])
-    ]
-    accuracy = state_accuracy(records) if records else None
+    }
+    records = [q for user in by_user.values() for q in user]
+    accuracy = state_accuracy(records)
     tokens = sum(
         row.get("total_tokens", 0) for e in episodes for r in e.records for row in r.usage.values()
     )
     requests = sum((e.usage or {}).get("total", {}).get("calls", 0) for e in episodes)
     return Screening(
-        state_accuracy=accuracy.accuracy if accuracy and accuracy.pairs else None,
-        pairs=accuracy.pairs if accuracy else 0,
+        state_accuracy=_accuracy(records),
+        pairs=accuracy.pairs,
         tokens=tokens,
         requests=requests,
+        by_user={user: _accuracy(questions) for user, questions in by_user.items()},
     )
+
+
+def _accuracy(records: list[QuestionRecord]) -> float | None:
+    """The state accuracy of `records`; None without a (question, variable) pair."""
+    accuracy = state_accuracy(records)
+    return accuracy.accuracy if accuracy.pairs else None
