@@ -351,13 +351,16 @@ def test_gepa_screens_a_new_candidate_by_replaying_its_parents_conversations(tmp
 
     monkeypatch.setattr(EpisodeAdapter, "replay", spy)
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        config, (outcome,) = run(tmp_path / "replay", fake, search="gepa", cycles=2)
+        # one iteration (1 validation episode, the parent, the new candidate); one cache
+        over = {"search": "gepa", "cycles": 2, "cache": tmp_path / "c.sqlite"}
+        config, (outcome,) = run(
+            tmp_path / "replay", fake, gepa={"minibatch_size": 1, "max_metric_calls": 3}, **over
+        )
         _, (on_policy,) = run(
             tmp_path / "none",
             fake,
-            search="gepa",
-            cycles=2,
-            gepa={"minibatch_size": 1, "max_metric_calls": 6, "screen": "none"},
+            gepa={"minibatch_size": 1, "max_metric_calls": 3, "screen": "none"},
+            **over,
         )
     assert screened, "GEPA proposed no candidate to screen"
     train_ids = {item.id for item in outcome_train(config)}
