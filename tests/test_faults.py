@@ -96,6 +96,21 @@ def test_a_rerun_served_from_the_cache_reports_the_same_tokens(tmp_path, capsys)
     assert f"({total} of {total} served from the response cache)" in out
 
 
+def test_an_edited_default_write_prompt_is_another_eval(tmp_path, capsys, monkeypatch):
+    from memloop.policies.programs import AWIProgram
+
+    with FakeOpenAIServer(reply=valid) as server:
+        args = eval_args(tmp_path, server, "awi")
+        args[args.index("--policy") + 1] = str(NATIVE.parent / "awi.yaml")
+        assert main([*args, "--periods", "1", "--users", "1"]) == 0
+        sent = len(server.requests)
+        capsys.readouterr()
+        monkeypatch.setattr(AWIProgram.__init__, "__defaults__", ("Write down nothing.",))
+        assert main([*args, "--periods", "1", "--users", "1"]) == 2
+        assert "(changed: prompts_sha256)" in capsys.readouterr().err
+        assert len(server.requests) == sent
+
+
 def test_a_rerun_with_other_settings_is_refused_before_anything_is_written(tmp_path, capsys):
     with FakeOpenAIServer(reply=valid) as server:
         args = eval_args(tmp_path, server, "run")
@@ -105,7 +120,7 @@ def test_a_rerun_with_other_settings_is_refused_before_anything_is_written(tmp_p
         sent = len(server.requests)
         awi = str(NATIVE.parent / "awi.yaml")
         changed = {
-            "policy": [*args[:4], awi, *args[5:]],
+            "policy, prompts_sha256": [*args[:4], awi, *args[5:]],  # AWI has write prompts
             "rounds": [*args, "--rounds-update", "3"],
             "periods": [*args, "--periods", "1"],
             "users": [*args, "--users", "1"],

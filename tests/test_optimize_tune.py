@@ -132,6 +132,19 @@ def test_a_study_reopened_with_other_settings_is_refused(tmp_path, capsys):
     assert len(err) == 1 and "was made with other settings" in err[0]
 
 
+def test_a_study_reopened_after_its_default_prompts_changed_is_refused(tmp_path, monkeypatch):
+    from memloop.core.errors import UserError
+    from memloop.testing import policies
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        tune(tmp_path, fake, trials=1)
+        sent = len(fake.requests)
+        monkeypatch.setattr(policies, "DEFAULT_PROMPTS", {"writer": "Remember nothing."})
+        with pytest.raises(UserError, match="was made with other settings"):
+            tune(tmp_path, fake, trials=1)
+        assert len(fake.requests) == sent
+
+
 def test_pareto_front_and_plot(tmp_path):
     from memloop.optimize import tracking
     from memloop.optimize.tune import pareto_front

@@ -161,7 +161,7 @@ class RunContext:
         environment: tuple[list[UserItem], dict[str, Any]] | None = None,
         repeat: int = 0,
     ):
-        from memloop.policies import build_policy
+        from memloop.policies import build_policy, policy_prompts
 
         self.config = config
         self.mode = mode
@@ -176,11 +176,9 @@ class RunContext:
         items, self.env_desc = environment or load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
         self.clients = clients or role_clients(config.endpoints)
-        probe = self._build_policy(self.policy_config, self.clients.agent, None)
-        try:
-            self.initial_prompts = probe.prompts()
-        finally:
-            probe.close()
+        self.initial_prompts = policy_prompts(
+            self.policy_config, self.clients.agent, self._build_policy
+        )
         self.objective = config.objective or (
             "state_accuracy" if self.clients.agent.endpoint.is_local else "memory_score"
         )

@@ -184,11 +184,16 @@ class Tuner:
 
     def identity(self) -> dict[str, Any]:
         from memloop.feedback.records import SCORER_VERSION
+        from memloop.policies import policy_prompts
 
         return {
             "env": self.env_desc,
             "users": {s: [i.id for i in items] for s, items in self.users.items()},
             "policy": self.base.model_dump(mode="json"),
+            # the prompts it starts from: an edited default prompt is another study
+            "prompts_sha256": json_sha256(
+                policy_prompts(self.base, self.clients.agent, self.builder)
+            ),
             "rounds": self.config.rounds.model_dump(),
             "periods": self.config.environment.periods,
             "endpoints": self.clients.public(),

@@ -43,10 +43,24 @@ __all__ = [
     "build_policy",
     "load_policy_config",
     "parse_policy_config",
+    "policy_prompts",
 ]
 
 
 _SCRATCH: list[tempfile.TemporaryDirectory] = []  # plug-ins' folders when none was given
+
+
+def policy_prompts(config: Any, client: ChatClient, build: Any = None) -> dict[str, str]:
+    """The memory-write prompts a fresh policy of `config` starts from ({} when it has none).
+
+    Part of what defines a run's numbers: an edited default prompt makes another run.
+    `build` replaces `build_policy` (tests).
+    """
+    policy = (build or build_policy)(config, client, None)
+    try:
+        return dict(policy.prompts())
+    finally:
+        policy.close()
 
 
 def build_policy(

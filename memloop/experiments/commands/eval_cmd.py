@@ -81,7 +81,7 @@ def run_eval(args: argparse.Namespace) -> int:
     import contextlib
 
     from memloop.core.errors import UserError
-    from memloop.core.files import atomic_write_json, file_sha256, run_folder_lock
+    from memloop.core.files import atomic_write_json, file_sha256, json_sha256, run_folder_lock
     from memloop.environment.datafile import load_items, local_path
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
@@ -90,7 +90,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.llm.roles import RoleClients
     from memloop.optimize.context import load_policy
     from memloop.optimize.spec import run_spec
-    from memloop.policies import build_policy
+    from memloop.policies import build_policy, policy_prompts
 
     for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
         positive(name.replace("_", "-"), getattr(args, name))
@@ -126,6 +126,8 @@ def run_eval(args: argparse.Namespace) -> int:
         users=[it.id for it in items],
         periods=args.periods,
         policy=config.model_dump(mode="json"),
+        # the prompts it starts from: an edited default prompt is another run
+        prompts_sha256=json_sha256(policy_prompts(config, clients.agent)),
         endpoints=clients.public(),
         rounds={"init": args.rounds_init, "update": args.rounds_update},
         replay=str(replay_from) if replay_from else None,
@@ -163,7 +165,16 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 # what makes an eval's numbers: a rerun into the same --out must match on every one
-IDENTITY = ("env_sha256", "users", "periods", "policy", "endpoints", "rounds", "replay")
+IDENTITY = (
+    "env_sha256",
+    "users",
+    "periods",
+    "policy",
+    "prompts_sha256",
+    "endpoints",
+    "rounds",
+    "replay",
+)
 RUN_FILES = ("spec.json", "metrics.json", "records.jsonl", "per_period.png", "episodes")
 
 
