@@ -98,6 +98,15 @@ def report(tracking_uri: str, experiment: str) -> dict[str, Any]:
                 "memory_gain": row.memory_gain,
                 "factual_recall": row.factual_recall,
                 "tokens": row.tokens,
+                "per_cycle": [
+                    {
+                        "cycle": c.cycle,
+                        "val_state_accuracy": c.score("val", "state_accuracy"),
+                        "test_state_accuracy": c.score("test", "state_accuracy"),
+                        "tokens": sum(c.tokens.values()),
+                    }
+                    for c in row.records
+                ],
                 "vs_none": {
                     metric: {"diff": p.diff, "ci": p.ci, "n": p.n}
                     for metric, p in row.vs_baseline.items()
