@@ -12,7 +12,8 @@ Every condition selects its cycle on the validation users (objective: state accu
 numbers reported are on the test users, paired with `none` (same users), each with n and a 95%
 bootstrap interval, plus the tokens each condition used. The environment seed (2026) and the
 sizes below were fixed before any run of this script; the defaults are the issue's minimum
-(8 training, 8 validation, 16 test users, 4 cycles).
+(8 training, 8 validation, 16 test users, 4 cycles; a GEPA cycle is one of its iterations, and
+its budget of episodes can give more of them).
 
 Models: assistant, simulated user and recall checker on the embedded 0.5B model, the optimizer on
 the embedded 1.5B model (as the quickstart, for the reasons in quickstart.yaml). Users run one at

@@ -59,7 +59,7 @@ def test_gepa_two_cycles(workspace, local_client):
         "cycles": 2,
         # one iteration: the seed on the validation user (1), the parent and its new candidate's
         # replay screen on the training user (2)
-        "gepa": {"minibatch_size": 1, "max_metric_calls": 3},
+        "gepa": {"minibatch_size": 1, "max_metric_calls": 3, "reflection_max_tokens": 256},
         "rounds": {"init": 1, "update": 1},
         "endpoints": endpoints(endpoint),
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",

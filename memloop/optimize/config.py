@@ -93,6 +93,9 @@ class GepaSettings(_Strict):
         ge=1,
         description="episode evaluations budget; default: enough for the configured cycles",
     )
+    reflection_max_tokens: int = Field(
+        1024, ge=16, description="cap of a reflection call (a proposal cut there is used as is)"
+    )
     screen: Literal["replay", "none"] = Field(
         "replay",
         description="replay: a new candidate's training minibatch is scored by replaying its "

@@ -120,8 +120,7 @@ class EpisodeAdapter:
         self.screen = screen  # screen new candidates on training users by replay
         self.train_ids = {item.id for item in ctx.train}
         self.recorded: dict[str, Path] = {}  # training user -> its latest on-policy episodes
-        self.screen_next = False  # set by ScreenNewCandidates before a new candidate's minibatch
-        self.screens = 0  # minibatches screened by replay
+        self.screen_next = False  # set by RecordIterations before a new candidate's minibatch
 
     def objective(self, user_id: str) -> str:
         """A training minibatch is scored on state accuracy when screening (a replay's measure)."""
@@ -162,7 +161,7 @@ class EpisodeAdapter:
         screen, self.screen_next = self.screen and self.screen_next, False
         return [
             self.replay(batch, candidate)
-            if screen and all(item.id in self.recorded for item in batch)
+            if screen and all(i.id in self.train_ids and i.id in self.recorded for i in batch)
             else self.evaluate(batch, candidate, capture_traces=True)
             for candidate, batch in items
         ]
@@ -183,13 +182,15 @@ class EpisodeAdapter:
                 self.ctx.factory(candidate),
                 self.ctx.clients.agent,
                 recording,
-                self.root / cid / "screen" / json_sha256(str(recording))[:12],
+                self.root
+                / cid
+                / "screen"
+                / json_sha256(str(recording.relative_to(self.root)))[:12],
                 periods=self.ctx.config.environment.periods,
                 parallel_users=self.ctx.config.parallel_users,
             )
             by_user.update(screening.by_user)
-        self.screens += 1
-        scores = [float(by_user.get(item.id) or 0.0) for item in batch]
+        scores = [float(by_user[item.id] or 0.0) for item in batch]  # None: no state pair
         return EvaluationBatch(
             outputs=[
                 {"user": item.id, "state_accuracy": value, "screen": "replay"}
@@ -206,7 +207,9 @@ class EpisodeAdapter:
         rows = [
             {
                 "Inputs": {"task": GEPA_COMPONENT_NOTE, "user": traj["user"]},
-                "Generated Outputs": OBJECTIVE_TEXT[self.ctx.objective].format(traj["score"]),
+                "Generated Outputs": OBJECTIVE_TEXT[self.objective(traj["user"])].format(
+                    traj["score"]
+                ),
                 "Feedback": render_summary(traj["summary"]),
             }
             for traj in eval_batch.trajectories or []
@@ -242,9 +245,11 @@ class GepaSearch:
 
         def reflect(prompt: Any) -> str:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-            # capped by the optimizer endpoint's max_tokens (a small model copies the whole
-            # reflection prompt back, which an uncapped call pays for in full)
-            return optimizer.chat(messages, component="optimizer").text
+            # capped (gepa.reflection_max_tokens): a small model copies the whole reflection
+            # prompt back, and pays for every token of it
+            return optimizer.chat(
+                messages, component="optimizer", max_tokens=settings.reflection_max_tokens
+            ).text
 
         state_dir = ctx.run_dir / "gepa_state"
         state_dir.mkdir(parents=True, exist_ok=True)
