@@ -75,7 +75,7 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         for category in SCORING_WARNINGS:
             warnings.simplefilter("always", category)
         total = score(questions)
-    usage = _usage(period_records)
+    usage = usage_by_component(period_records)
     per_period = []
     for p, s in score_by_period(questions).items():
         mine = [r for r in recalls if r.period == p]
@@ -97,12 +97,14 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         "per_period": per_period,
         "per_user": _per_user(questions, recalls),
         "usage": dict(sorted(usage.items())),
-        "usage_cached": dict(sorted(_usage(period_records, "cached_tokens").items())),
+        "usage_cached": dict(sorted(usage_by_component(period_records, "cached_tokens").items())),
     }
     return metrics, [str(w.message) for w in caught]
 
 
-def _usage(period_records: Iterable[PeriodRecord], key: str = "total_tokens") -> dict[str, int]:
+def usage_by_component(
+    period_records: Iterable[PeriodRecord], key: str = "total_tokens"
+) -> dict[str, int]:
     """Tokens per component summed over `period_records` (`key`: the work, or `cached_tokens`).
 
     Both count every answer the work needed, served from the endpoint or the response cache; a
@@ -151,7 +153,7 @@ def period_metrics(history: list[PeriodRecord], period: int) -> dict[str, Any]:
     mine = [q for q in questions if q.period == period]
     mine_recalls = [r for r in recalls if r.period == period]
     s = quiet_score(mine, lookup)
-    usage = _usage(rec for rec in history if rec.period == period)
+    usage = usage_by_component(rec for rec in history if rec.period == period)
     return {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in mine}),

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
 from memloop.feedback.records import QuestionRecord
-from memloop.feedback.report import collect
+from memloop.feedback.report import collect, usage_by_component
 from memloop.feedback.scoring import quiet_score
 from memloop.feedback.summary import render_summary
 from memloop.optimize.cycles import CycleRecord
@@ -86,13 +86,12 @@ def search_tokens(root: Path, cycle_candidates: set[str]) -> int:
     """
     from memloop.environment.episode import load_record
 
-    total = 0
+    uncounted = []
     for path in root.glob("*/**/record.json"):
         cid, part = path.relative_to(root).parts[:2]
         if cid not in cycle_candidates or part == "screen":
-            usage = load_record(path).usage
-            total += sum(row.get("total_tokens", 0) for row in usage.values())
-    return total
+            uncounted.append(load_record(path))
+    return sum(usage_by_component(uncounted).values())
 
 
 class FileLog:

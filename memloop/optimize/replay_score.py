@@ -21,6 +21,7 @@ from memloop.environment.data import UserItem
 from memloop.environment.episode import PolicyFactory, run_episodes
 from memloop.feedback.probes import StateProber
 from memloop.feedback.records import QuestionRecord
+from memloop.feedback.report import usage_by_component
 from memloop.feedback.scoring import state_accuracy
 from memloop.llm.client import ChatClient
 
@@ -68,14 +69,11 @@ def replay_screen(
         ]
         for e in episodes
     }
-    records = [q for user in by_user.values() for q in user]
-    accuracy = state_accuracy(records)
-    tokens = sum(
-        row.get("total_tokens", 0) for e in episodes for r in e.records for row in r.usage.values()
-    )
+    accuracy = state_accuracy([q for user in by_user.values() for q in user])
+    tokens = sum(usage_by_component(r for e in episodes for r in e.records).values())
     requests = sum((e.usage or {}).get("total", {}).get("calls", 0) for e in episodes)
     return Screening(
-        state_accuracy=_accuracy(records),
+        state_accuracy=accuracy.accuracy if accuracy.pairs else None,
         pairs=accuracy.pairs,
         tokens=tokens,
         requests=requests,
