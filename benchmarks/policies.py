@@ -6,7 +6,8 @@ environment and the same endpoint, then reports:
   gain, upper bound, memory score, format/write/read/utilization, factual recall on the written
   memory);
 - each policy paired with the baseline policy (--baseline, default native) on the same users:
-  the mean per-user difference with a studentized bootstrap 95% interval (core.stats.mean_ci);
+  n, the mean per-user difference, its Student t 95% interval, the two-sided sign-flip p and the
+  users up/tied/down (core.stats.Paired);
 - tokens and seconds per period (mean over users), split by component: the conversation
   (user_sim + agent replies + memory writes) and the probes after the period (probe + checker);
 - model calls per user, next to what the published AMemGym code would make for the same sizes
@@ -213,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def paired(report: dict, baseline: str) -> dict:
-    """{policy: {metric: {n, diff, ci}}}: policy - baseline per user, on the users both have."""
-    from dataclasses import asdict
-
+    """{policy: {metric: Paired.to_dict()}}: policy - baseline per user, on the users both have."""
     from memloop.core.stats import Paired
 
     policies = report["policies"]
@@ -234,7 +233,7 @@ def paired(report: dict, baseline: str) -> dict:
         if name == baseline:
             continue
         out[name] = {
-            metric: asdict(Paired.of(values(name, metric), values(baseline, metric)))
+            metric: Paired.of(values(name, metric), values(baseline, metric)).to_dict()
             for metric in PAIRED
         }
     return {"baseline": baseline, "policies": out}
@@ -265,7 +264,7 @@ def render(report: dict) -> str:
         lines += [
             "",
             f"paired with {pair['baseline']} on the same users: mean per-user difference "
-            "[studentized bootstrap 95% interval], n users",
+            "[Student t 95% interval], sign-flip p, n users (up/tied/down)",
             "",
             "| policy | " + " | ".join(f"diff {m}" for m in PAIRED) + " |",
             "|---|" + "---|" * len(PAIRED),
@@ -274,10 +273,15 @@ def render(report: dict) -> str:
             cells = []
             for metric in PAIRED:
                 c = row[metric]
-                text = "n/a" if c["diff"] is None else f"{c['diff']:+.3f}"
-                if c["ci"]:
-                    text += f" [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
-                cells.append(f"{text} (n={c['n']})")
+                if c["mean"] is None:
+                    cells.append("n/a (n=0)")
+                    continue
+                text = f"{c['mean']:+.3f}"
+                text += (
+                    f" [{c['t95'][0]:+.2f}, {c['t95'][1]:+.2f}]" if c["t95"] else " (no interval)"
+                )
+                text += f" p={c['sign_flip_p']:.3f}"
+                cells.append(f"{text} (n={c['n']}: {c['up']}/{c['tied']}/{c['down']})")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -102,7 +102,7 @@ def main() -> int:
     from memloop.core.settings import apply_offline_defaults
 
     apply_offline_defaults()
-    from memloop.core.stats import Paired, mean_ci
+    from memloop.core.stats import Paired, t_interval
     from memloop.environment.procedural import generate_procedural
     from memloop.feedback.probes import UB_SYSTEM, words
     from memloop.llm.client import ChatClient
@@ -170,7 +170,7 @@ def main() -> int:
     base = args.formats[0]
     for fmt in args.formats:
         values = list(right[fmt].values())
-        ci = mean_ci(values)
+        ci = t_interval(values)
         paired = Paired.of(right[fmt], right[base])
         rows.append(
             {
@@ -180,8 +180,9 @@ def main() -> int:
                 "ci95": ci,
                 "unparsed": unparsed[fmt],
                 "tokens": tokens[fmt],
-                f"diff_vs_{base}": paired.diff,
-                f"diff_ci95_vs_{base}": paired.ci,
+                f"diff_vs_{base}": paired.mean,
+                f"diff_ci95_vs_{base}": paired.t95,
+                f"paired_vs_{base}": paired.to_dict(),
             }
         )
     report = {
@@ -190,18 +191,22 @@ def main() -> int:
         "items": len(cases),
         "chance": chance,
         "rows": rows,
-        "note": "intervals: studentized bootstrap over items; differences paired on items",
+        "note": "intervals: Student t over items (none when every value is equal); "
+        "differences paired on items, with the sign-flip p and items up/tied/down",
     }
     (args.out / "report.json").write_text(json.dumps(report, indent=2))
     print(f"{len(cases)} items (chance {chance:.3f}), endpoint {args.endpoint}")
     for r in rows:
         ci = r["ci95"]
         dci = r[f"diff_ci95_vs_{base}"]
+        pair = r[f"paired_vs_{base}"]
         print(
             f"{r['format']:13s} accuracy {r['accuracy']:.3f} "
-            f"[{ci[0]:.2f},{ci[1]:.2f}]  unparsed {r['unparsed']:2d}  tokens {r['tokens']:6d}  "
+            + (f"[{ci[0]:.2f},{ci[1]:.2f}]" if ci else "(no interval)")
+            + f"  unparsed {r['unparsed']:2d}  tokens {r['tokens']:6d}  "
             f"vs {base} {r[f'diff_vs_{base}']:+.3f}"
-            + (f" [{dci[0]:+.2f},{dci[1]:+.2f}]" if dci else "")
+            + (f" [{dci[0]:+.2f},{dci[1]:+.2f}]" if dci else " (no interval)")
+            + f" p={pair['sign_flip_p']:.3f} {pair['up']}/{pair['tied']}/{pair['down']}"
         )
     return 0
 

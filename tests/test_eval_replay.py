@@ -99,3 +99,49 @@ def test_replay_into_its_own_folder_is_refused(recorded, capsys):
     args = ["eval", *base, "--policy", str(POLICIES / "awi.yaml"), "--out", str(out)]
     assert main([*args, "--replay", str(out)]) == 2
     assert "must differ from --out" in capsys.readouterr().err
+
+
+def test_record_only_records_conversations_and_nothing_else(tmp_path, fake):
+    env = tmp_path / "env.json"
+    save_items(generate_procedural(users=2, periods=1, questions=1, seed=3), env)
+    endpoint = tmp_path / "fake.yaml"
+    endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\n")
+    base = ["--env", str(env), "--endpoint", str(endpoint), "--cache", str(tmp_path / "c.db")]
+    base += ["--rounds-update", "1"]  # scripted sessions: the user's turns are the environment's
+    awi = tmp_path / "awi.yaml"
+    awi.write_text("type: awi\nupdate_freq: 2\nshort_term_len: 0\nreply_memory: false\n")
+    before = len(fake.requests)
+    rec = tmp_path / "recording"
+    assert main(["eval", *base, "--policy", str(awi), "--out", str(rec), "--record-only"]) == 0
+    sent = fake.requests[before:]
+    assert sent and all("response_format" not in r for r in sent)  # replies only: no write, probe
+    assert not (rec / "metrics.json").exists()
+    records = [load_record(p) for p in sorted((rec / "episodes").glob("*/period_*/record.json"))]
+    assert len(records) == 2 * 2 and all(r.probes == {} for r in records)
+    # scored by replay, an AWI policy whose replies see only the current message gives exactly
+    # its on-policy evaluation: the same records and metrics
+    onpolicy, replayed = tmp_path / "onpolicy", tmp_path / "replayed"
+    assert main(["eval", *base, "--policy", str(awi), "--out", str(onpolicy)]) == 0
+    assert (
+        main(["eval", *base, "--policy", str(awi), "--out", str(replayed), "--replay", str(rec)])
+        == 0
+    )
+    assert (replayed / "records.jsonl").read_text() == (onpolicy / "records.jsonl").read_text()
+    on, off = (json.loads((d / "metrics.json").read_text()) for d in (onpolicy, replayed))
+    assert on["state_accuracy"] == off["state_accuracy"] and on["per_user"] == off["per_user"]
+    assert (
+        main(
+            [
+                "eval",
+                *base,
+                "--policy",
+                str(awi),
+                "--out",
+                str(tmp_path / "x"),
+                "--record-only",
+                "--replay",
+                str(rec),
+            ]
+        )
+        == 2
+    )

@@ -60,7 +60,13 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
     )
     assert m["json_errors"] > 0
     assert d["format"] == pytest.approx(m["json_errors"] / m["questions"])
-    assert m["factual_recall"] == 1.0  # the fake checker supports everything (memory non-empty)
+    # the fake checker supports everything: it fails its calibration, so recall is not reported
+    cal = m["checker_calibration"]
+    assert (cal["false_positive_rate"], cal["false_negative_rate"]) == (1.0, 0.0)
+    assert m["factual_recall"] is None and m["factual_recall_per_period"] is None
+    assert m["factual_recall_null_reason"] == (
+        f"checker false-positive rate 1.00 > 0.10 on {cal['n_negative']} known-false claims"
+    )
     assert set(m["usage"]) >= {"probe", "checker"}
     rows = [
         json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()

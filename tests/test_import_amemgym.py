@@ -121,7 +121,7 @@ def test_metrics_with_the_upper_bound(tmp_path):
     out = tmp_path / "out"
     metrics = import_run(RUN, out, UB)
     assert json.loads((out / "metrics.json").read_text(encoding="utf-8")) == metrics
-    assert (metrics["users"], metrics["periods"], metrics["scorer_version"]) == (2, 3, "2")
+    assert (metrics["users"], metrics["periods"], metrics["scorer_version"]) == (2, 3, "3")
     everything = rows_where(lambda u, p, q: True)
     check_group(metrics, expected(everything))
     # counted by hand: 6 right of 12; random 3*(1/4+1/5) + 3*(1/4+1/6) = 2.6; 9 UB right

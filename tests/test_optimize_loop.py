@@ -103,7 +103,7 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
         assert logged == [c.cycle for c in o.cycles if c.score(split) is not None]
     assert not mlc.get_metric_history(o.run_id, "memory_score")  # no unprefixed names
     logged_run = mlc.get_run(o.run_id)
-    assert logged_run.data.params["scorer_version"] == "2"
+    assert logged_run.data.params["scorer_version"] == "3"
     assert len(logged_run.data.params["catalogue_sha256"]) == 64
     assert logged_run.data.params["splits.test_users"] == "1"
     assert logged_run.data.params["search_spec.name"] == search
@@ -200,7 +200,7 @@ def test_shipped_experiment_files_parse():
 
 def test_compare_table_and_prompt_diff(tmp_path, capsys):
     from memloop.experiments.cli import main
-    from memloop.optimize.compare import _paired_cell, compare
+    from memloop.optimize.compare import compare
 
     with FakeOpenAIServer(reply=fake_reply) as fake:
         config, outcomes = run(
@@ -235,15 +235,19 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
             for u in set(evolved.per_user[metric]) & set(base.per_user[metric])
         }
         paired = evolved.vs_baseline[metric]
-        assert paired.n == len(expected)
-        cell = _paired_cell(paired, 2)  # 2 test users; fewer define a memory score at times
-        assert cell.endswith(f" (n={paired.n})") == (paired.diff is not None and paired.n < 2)
+        assert paired.n == len(expected)  # 2 test users; fewer define a memory score at times
+        assert paired.up + paired.tied + paired.down == paired.n
         if expected:
             assert paired.diff == pytest.approx(sum(expected.values()) / len(expected))
         else:
             assert paired.diff is None
     assert "paired with the baseline none/none on the same users" in result["table"]
     assert "only 2 users per condition (fewer than 10): the intervals are wide" in result["table"]
+    # the selected prompts were compared: equal ones print `same prompt` instead of numbers
+    assert (evolved.selected_prompts == base.selected_prompts) == evolved.same_prompt_as_baseline
+    assert ("same prompt" in result["table"].split("paired with the baseline")[1]) == (
+        evolved.same_prompt_as_baseline
+    )
     assert (
         main(
             [
@@ -302,15 +306,15 @@ def split(memory_score, users=None):
     )
 
 
-def log_one_cycle_run(mlc, exp, key, tags, record):
-    """An MLflow run as evolve logs it, with one cycle `record` (a dict) and its prompts."""
+def log_one_cycle_run(mlc, exp, key, tags, record, prompts='{"writer": "a"}'):
+    """An MLflow run as evolve logs it, with one cycle `record` (a dict) and its `prompts`."""
     from memloop.optimize import tracking
 
     rid, _ = tracking.open_run(
         mlc, exp, key, key, {"a": 1}, tags={f"memloop.{k}": v for k, v in tags.items()}
     )
     tracking.log_text(mlc, rid, json.dumps(record), "cycle/cycle_00.json")
-    tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
+    tracking.log_text(mlc, rid, prompts, "prompts/cycle_00.json")
 
 
 def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
@@ -351,6 +355,8 @@ def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
     assert (row.cycles, row.selection.cycle, row.split, row.n_users) == (3, 1, "test", 2)
     assert row.first == pytest.approx(0.2) and row.selected == pytest.approx(0.4)
     assert row.delta == pytest.approx(((0.2 - 0.1) + (0.6 - 0.3)) / 2)
+    assert not row.same_prompt_as_first  # cycle 1 logged other prompts than cycle 0
+    assert (row.vs_first.up, row.vs_first.tied, row.vs_first.down) == (2, 0, 0)
     assert "-a" in result["diff"] and "+b" in result["diff"]  # cycle 0 -> selected cycle 1
     (hist,) = run_histories(result["rows"])
     assert [c["memory_score"] for c in hist.cycles] == pytest.approx([0.2, 0.4, 0.9])
@@ -359,7 +365,7 @@ def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
 def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path):
     import json as _json
 
-    from memloop.core.stats import mean_ci
+    from memloop.core.stats import sign_flip_p, t_interval
     from memloop.optimize import tracking
     from memloop.optimize.compare import compare
     from memloop.optimize.cycles import CycleRecord
@@ -375,7 +381,8 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
         data = _json.loads(record.model_dump_json())
         if old:  # a cycle written before scorer versions were recorded
             data.pop("scorer_version")
-        log_one_cycle_run(mlc, exp, key, {"feedback_mode": mode, "evolver": evolver}, data)
+        tags = {"feedback_mode": mode, "evolver": evolver}
+        log_one_cycle_run(mlc, exp, key, tags, data, prompts=f'{{"writer": "{key}"}}')
 
     log_run("base", "none", "none", base_users)
     log_run("evolved", "complete", "reflective", evolved_users, old=True)
@@ -386,17 +393,79 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
     assert paired.n == 5
     assert paired.diff == pytest.approx(sum(diffs) / 5)  # 3 x .05 + 2 x .2 over 5 = .11
     assert paired.diff == pytest.approx(0.11)
-    assert paired.ci == mean_ci(diffs)
-    assert paired.ci[0] < paired.diff < paired.ci[1]
+    assert paired.t95 == t_interval(diffs)
+    assert paired.t95[0] < paired.mean < paired.t95[1]
+    assert paired.sign_flip_p == sign_flip_p(diffs) == pytest.approx(2 / 32)  # all 5 up
+    assert (paired.up, paired.tied, paired.down) == (5, 0, 0)
     assert evolved.scorer_version == "1" and base.scorer_version != "1"
     assert "scored with the older scorer version 1" in result["table"]
-    assert "+0.110 [" in result["table"]
+    lo, hi = paired.t95
+    cells = "complete/reflective memory_score 5 +0.110".split() + [f"[{lo:+.2f},{hi:+.2f}]"]
+    assert cells + ["0.062", "5/0/0"] in [line.split() for line in result["table"].splitlines()]
     # another baseline by name; an unknown one is refused in one line
     assert not compare(uri, "paired", baseline="evolved")["rows"][1].vs_baseline
     from memloop.core.errors import UserError
 
     with pytest.raises(UserError, match="no baseline run 'nope'"):
         compare(uri, "paired", baseline="nope")
+
+
+def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_path):
+    import json as _json
+    import math
+
+    from scipy import stats as sps
+
+    from memloop.optimize import tracking
+    from memloop.optimize.compare import compare
+    from memloop.optimize.cycles import CycleRecord
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlc = tracking.client(uri)
+    exp = tracking.experiment_id(mlc, "cells", uri)
+    users = [f"u{i}" for i in range(6)]
+    base = dict(zip(users, [0.25, 0.5, 0.75, 0.5, 0.5, 0.0], strict=True))
+    evolved = dict(zip(users, [0.5, 0.5, 0.75, 1.0, 0.375, 0.0], strict=True))
+    # a run whose selected prompt is the baseline's, with other numbers (another draw)
+    redrawn = dict(zip(users, [0.75, 0.5, 0.75, 0.5, 0.5, 0.0], strict=True))
+
+    def log_run(key, mode, per_user, prompts):
+        record = CycleRecord(cycle=0, splits={"test": split(0.4, per_user)})
+        data = _json.loads(record.model_dump_json())
+        tags = {"feedback_mode": mode, "evolver": "reflective" if mode != "none" else "none"}
+        log_one_cycle_run(mlc, exp, key, tags, data, prompts=_json.dumps(prompts))
+
+    log_run("base", "none", base, {"writer": "a"})
+    log_run("evolved", "complete", evolved, {"writer": "b"})
+    log_run("redrawn", "diagnostic", redrawn, {"writer": "a"})
+    result = compare(uri, "cells")
+    _, ev, same = result["rows"]
+    table = [line.split() for line in result["table"].splitlines()]
+
+    diffs = [0.25, 0.0, 0.0, 0.5, -0.125, 0.0]
+    mean = sum(diffs) / 6  # 0.625 / 6
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 5)
+    half = sps.t.ppf(0.975, 5) * sd / math.sqrt(6)
+    # the non-zero +.25, +.5, -.125 (sum .625): sign patterns with |sum| >= .625 are
+    # +-(.25 + .5 + .125) and +-(.25 + .5 - .125): 4 of 8
+    p = ev.vs_baseline["memory_score"]
+    assert p.mean == pytest.approx(mean) and p.sign_flip_p == 0.5
+    assert p.t95 == pytest.approx((mean - half, mean + half))
+    assert (p.n, p.up, p.tied, p.down) == (6, 2, 3, 1)
+    interval = f"[{mean - half:+.2f},{mean + half:+.2f}]"
+    assert ["complete/reflective", "memory_score", "6", "+0.104", interval, "0.500", "2/3/1"] in (
+        table
+    )
+    # no state accuracy in these records: the row says so without numbers
+    assert "complete/reflective state_accuracy 0 n/a - - -".split() in table
+    # the same selected prompt: one row, `same prompt` instead of numbers
+    assert not ev.same_prompt_as_baseline and same.same_prompt_as_baseline
+    assert same.vs_baseline["memory_score"].mean == pytest.approx(0.5 / 6)  # computed, not shown
+    assert "diagnostic/reflective all - same prompt - - -".split() in table
+    assert not [row for row in table if row[:2] == ["diagnostic/reflective", "memory_score"]]
+    # one cycle each: the selected prompt is cycle 0's in every run
+    assert all(r.same_prompt_as_first for r in result["rows"])
+    assert "complete/reflective 0 -> 0 - same prompt - - -".split() in table
 
 
 def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
@@ -449,6 +518,11 @@ def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
     assert not base_s.pooled  # the baseline is not compared with itself
     assert "across repeats" in result["table"]
     assert "paired, pooled over repeats" in result["table"]
+    # one cycle: the evolved runs' selected prompt is the initial prompt, the baseline's
+    assert evolved_s.same_prompt and all(r.same_prompt_as_baseline for r in rows[2:])
+    assert "complete/reflective 2 all - same prompt - - - -".split() in [
+        line.split() for line in result["table"].splitlines()
+    ]
 
 
 def test_repeats_without_sampling_are_refused_before_anything_runs(tmp_path):
@@ -482,7 +556,8 @@ def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
         score = sum(per_user.values()) / len(per_user)
         record = CycleRecord(cycle=0, splits={"test": split(score, per_user)})
         tags = {"feedback_mode": mode, "evolver": evolver, "repeat": str(repeat)}
-        log_one_cycle_run(mlc, exp, key, tags, _json.loads(record.model_dump_json()))
+        data = _json.loads(record.model_dump_json())
+        log_one_cycle_run(mlc, exp, key, tags, data, prompts=f'{{"writer": "{evolver}"}}')
 
     for r in (0, 1):
         log_run(f"base-r{r}", "none", "none", r, base[r])
@@ -504,7 +579,8 @@ def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
     assert summary.diff_sd["memory_score"] == pytest.approx(sd)
     scores = [sum(evolved[r].values()) / len(evolved[r]) for r in (0, 1)]
     assert summary.mean["memory_score"] == pytest.approx(sum(scores) / 2)
-    assert "+0.175 [" in result["table"]
+    assert not summary.same_prompt
+    assert "+0.175  [" in result["table"]
 
 
 KILL_SCRIPT = """

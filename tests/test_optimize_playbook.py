@@ -265,9 +265,9 @@ def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evalua
     asked: list[str] = []
 
     class Counting(ScriptedPolicy):
-        def answer(self, prompt, *, schema=None):
+        def answer(self, prompt, *, schema=None, memory_only=False):
             asked.append(prompt)
-            return super().answer(prompt, schema=schema)
+            return super().answer(prompt, schema=schema, memory_only=memory_only)
 
     def factory(uid, workdir, client):
         return Counting()

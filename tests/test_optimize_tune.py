@@ -100,7 +100,7 @@ def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
     assert parent.data.metrics["test_overall"] == pytest.approx(second.test["overall"])
     assert (
         parent.data.params["catalogue_sha256"]
-        and parent.data.params["scorer_version"] == SCORER_VERSION == "2"
+        and parent.data.params["scorer_version"] == SCORER_VERSION == "3"
     )
     trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune-trial"]
     assert len(trials) == 4 and all("val_overall" in r.data.metrics for r in trials)

@@ -61,9 +61,9 @@ def test_shipped_policies_pass_check_policy(fake, tmp_path, monkeypatch, name):
 
 
 class WritingProbe(AWIPolicy):
-    def answer(self, prompt, *, schema=None):
+    def answer(self, prompt, *, schema=None, memory_only=False):
         self.facts["probe"] = {"value": prompt, "step": 0, "time": None}
-        return super().answer(prompt, schema=schema)
+        return super().answer(prompt, schema=schema, memory_only=memory_only)
 
 
 class SelfEvolving(NativePolicy):
@@ -143,6 +143,7 @@ def test_scripted_policy_passes_and_members_come_from_the_protocol():
         "ingest",
         "answer",
         "memory_view",
+        "unwritten_messages",
         "prompts",
         "with_prompts",
         "save",

@@ -98,3 +98,33 @@ def test_unknown_embedding_folder_is_a_user_error(tmp_path):
 
     with pytest.raises(UserError, match="not a local sentence-transformers folder"):
         resolve_embedding_model(str(tmp_path / "no-model"))
+
+
+def test_a_policy_yaml_names_the_prompts_it_starts_from(tmp_path):
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
+    from memloop.policies import build_policy, load_policy_config
+    from memloop.policies.programs import AWI_WRITER_INSTRUCTIONS
+
+    path = tmp_path / "seed.yaml"
+    path.write_text("type: awi\nprompts:\n  writer: Note the topic of the conversation only.\n")
+    config = load_policy_config(path)
+    client = ChatClient(Endpoint(model="m", base_url="http://127.0.0.1:9"), cache=None)
+    policy = build_policy(config, client)
+    assert policy.prompts() == {"writer": "Note the topic of the conversation only."}
+    override = build_policy(config, client, prompts={"writer": "Other."})
+    assert override.prompts() == {"writer": "Other."}
+    assert build_policy(load_policy_config_text(tmp_path, "type: awi\n"), client).prompts() == {
+        "writer": AWI_WRITER_INSTRUCTIONS
+    }
+    bad = load_policy_config_text(tmp_path, "type: awi\nprompts: {nope: x}\n")
+    with pytest.raises(UserError, match="unknown prompt 'nope'"):
+        build_policy(bad, client)
+
+
+def load_policy_config_text(tmp_path, text):
+    from memloop.policies import load_policy_config
+
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return load_policy_config(path)

@@ -174,7 +174,7 @@ def test_writer_runs_through_dspy_with_a_json_schema_and_the_evolved_instruction
     assert "Only ever record the user's favourite colour." in request["messages"][0]["content"]
     assert policy.prompts()["writer"] != evolved.prompts()["writer"]
     assert evolved.memory_view() == "Memory (label: value):\nhome_city: Lisbon"
-    assert policy.memory_view() == "Memory (label: value):\n(empty)"
+    assert policy.memory_view() == ""  # empty memory renders as nothing
 
 
 def test_with_prompts_rejects_unknown_names(fake, tmp_path):

@@ -83,7 +83,7 @@ class Diary:
     def ingest(self, user_message, assistant_message):
         self.lines.append(user_message)
 
-    def answer(self, prompt, *, schema=None):
+    def answer(self, prompt, *, schema=None, memory_only=False):
         messages = [{"role": "system", "content": "\\n".join(self.lines)},
                     {"role": "user", "content": prompt}]
         if schema is None:
@@ -93,6 +93,9 @@ class Diary:
 
     def memory_view(self):
         return "\\n".join(self.lines)
+
+    def unwritten_messages(self):
+        return 0
 
     def prompts(self):
         return dict(self.rules)
@@ -194,8 +197,9 @@ def test_built_in_types_go_through_the_same_registry():
 
 
 BROKEN_ANSWER_WRITES = OUTSIDE.replace(
-    "    def answer(self, prompt, *, schema=None):\n",
-    "    def answer(self, prompt, *, schema=None):\n        self.lines.append(prompt)\n",
+    "    def answer(self, prompt, *, schema=None, memory_only=False):\n",
+    "    def answer(self, prompt, *, schema=None, memory_only=False):\n"
+    "        self.lines.append(prompt)\n",
 )
 
 

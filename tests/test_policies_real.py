@@ -124,4 +124,4 @@ def test_awi_writes_nothing_from_a_conversation_without_user_facts(local_client,
     ):
         policy.respond(message)
     assert policy.writes >= 1  # the writer ran on the oldest turns and wrote nothing
-    assert policy.memory_view() == "Memory (label: value):\n(empty)"
+    assert policy.memory_view() == ""

@@ -131,8 +131,10 @@ def test_table_and_plot(quickstart, first_run):
         assert re.search(rf"\b{mode}\b", out), out
     assert "model responses this run:" in out
     assert "paired with the baseline none/none on the same users" in out
-    assert re.search(r"complete/playbook\s+1\s", out), out  # n = the test user
-    assert "diff factual_recall" in out
+    # one row per metric (n = the test user), or one `same prompt` row when the selected prompt
+    # is still the initial one, which the baseline runs too
+    assert re.search(r"complete/playbook\s+(\w+\s+1\s|all\s+-\s+same prompt)", out), out
+    assert "95% t interval  sign-flip p  up/tied/down" in out
     assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
     plot = root / "out" / "quickstart.png"
     from matplotlib.image import imread

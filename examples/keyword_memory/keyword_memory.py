@@ -40,11 +40,14 @@ class KeywordMemory:
     def ingest(self, user_message, assistant_message):
         self.notes.append(user_message)
 
-    def answer(self, prompt, *, schema=None):
-        return self._ask(prompt, schema)
+    def answer(self, prompt, *, schema=None, memory_only=False):
+        return self._ask(prompt, schema)  # the notes are all it has: nothing is held unwritten
 
     def memory_view(self):
         return "\n".join(self.notes)
+
+    def unwritten_messages(self):
+        return 0
 
     def prompts(self):
         return {}  # nothing for an evolver to rewrite

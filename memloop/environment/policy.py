@@ -29,8 +29,16 @@ class Policy(Protocol):
     def ingest(self, user_message: str, assistant_message: str) -> None:
         """Take in a recorded turn (off-policy replay) exactly as if it had been held."""
 
-    def answer(self, prompt: str, *, schema: dict[str, Any] | None = None) -> AnswerLike:
-        """A probe: answer from memory, never writing memory."""
+    def answer(
+        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+    ) -> AnswerLike:
+        """A probe: answer from memory, never writing memory.
+
+        `memory_only=True` (the state queries) answers from WRITTEN memory alone: no message held
+        raw and not yet written, no recent turns kept beside the memory. That makes the state
+        accuracy a measure of what the memory writer stored. A policy whose memory is the
+        conversation itself (the native LLM) answers as it would anyway.
+        """
 
     def memory_view(self) -> str:
         """What the policy has written to its memory, rendered as text.
@@ -38,6 +46,13 @@ class Policy(Protocol):
         Factual recall is judged on it, so it must not include messages held raw and not yet
         written (a buffer): those would be credited whatever the write prompt does. A policy whose
         memory is the conversation itself (the native LLM) shows the turns it keeps.
+        """
+
+    def unwritten_messages(self) -> int:
+        """Messages taken in (chat turns count two) but not yet handed to the memory writer.
+
+        0 for a policy whose memory is everything it took in. Read after each period to know
+        which of the user's revealed values memory could hold at probe time.
         """
 
     def prompts(self) -> dict[str, str]:

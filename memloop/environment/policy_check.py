@@ -137,6 +137,15 @@ def check_policy(
                     _check_answer(answer, schema, expect)
                     if round_ == 0:
                         first_answers.append(_answer_record(answer))
+            # The state queries answer from written memory alone.
+            answer = first.answer(probes[0], schema=PROBE_SCHEMA, memory_only=True)
+            _check_answer(answer, PROBE_SCHEMA, expect)
+            unwritten = first.unwritten_messages()
+            expect(
+                isinstance(unwritten, int) and not isinstance(unwritten, bool) and unwritten >= 0,
+                "unwritten_messages() is an int >= 0",
+                f"unwritten_messages() returned {unwritten!r:.60}",
+            )
             expect(
                 first.memory_view() == view,
                 f"{probe_rounds * len(probes)} probes leave memory_view() unchanged",

@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         llm_cmd,
         optimize_cmd,
         policy_cmd,
+        power_cmd,
         quickstart_cmd,
     )
 
@@ -30,7 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
     )
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
-    modules = (quickstart_cmd, llm_cmd, env_cmd, policy_cmd, eval_cmd, optimize_cmd, import_cmd)
+    modules = (
+        quickstart_cmd,
+        llm_cmd,
+        env_cmd,
+        policy_cmd,
+        eval_cmd,
+        optimize_cmd,
+        power_cmd,
+        import_cmd,
+    )
     for module in modules:
         module.register(sub)
     return parser

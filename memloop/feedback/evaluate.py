@@ -1,7 +1,9 @@
 """Run an evaluation: on-policy episodes with the probes after every period, then scores.
 
-After the episodes come the scores, diagnosis, factual recall and the output files. The policy is
-passed in as a factory, so this module never depends on a policy implementation.
+After the episodes come the checker's calibration (feedback.calibration: once per evaluation, on
+known-truth claims; a checker failing it nulls factual recall), the scores, diagnosis, factual
+recall and the output files. The policy is passed in as a factory, so this module never depends on
+a policy implementation.
 """
 
 from __future__ import annotations
@@ -13,20 +15,33 @@ from typing import Any
 from memloop.environment.data import UserItem
 from memloop.environment.episode import EpisodeResult, PolicyFactory, run_episodes
 from memloop.environment.simulator import SimulatorConfig
+from memloop.feedback.calibration import checker_calibration
 from memloop.feedback.probes import Prober
 from memloop.feedback.report import write_outputs
 from memloop.llm.client import ChatClient
+from memloop.llm.usage import UsageTracker
 
 
 @dataclass
 class EvaluationResult:
     metrics: dict[str, Any]
     episodes: list[EpisodeResult]
+    calibration_requests: int = 0  # requests the checker calibration sent (counted once)
 
     @property
     def new_requests(self) -> int:
         """Model requests this run sent (0 when everything was resumed or cached)."""
-        return sum(e.usage["total"]["calls"] for e in self.episodes if e.usage)
+        episodes = sum(e.usage["total"]["calls"] for e in self.episodes if e.usage)
+        return episodes + self.calibration_requests
+
+
+def calibrate(
+    items: list[UserItem], checker: ChatClient | None
+) -> tuple[dict[str, Any] | None, int]:
+    """(the checker's `checker_calibration` on these users' state schemas, requests it sent)."""
+    usage = UsageTracker()
+    calibration = checker_calibration(items, checker, usage=usage)
+    return calibration, usage.summary()["total"]["calls"]
 
 
 def run_evaluation(
@@ -64,8 +79,9 @@ def run_evaluation(
         progress=progress,
     )
     period_records = [r for e in episodes for r in e.records]
-    metrics = write_outputs(out_dir, period_records, extra)
-    return EvaluationResult(metrics, episodes)
+    calibration, sent = calibrate(items, prober.checker_client)
+    metrics = write_outputs(out_dir, period_records, extra, calibration)
+    return EvaluationResult(metrics, episodes, sent)
 
 
 def run_evaluation_groups(
@@ -104,10 +120,13 @@ def run_evaluation_groups(
         progress=progress,
     )
     by_user = {e.user_id: e for e in episodes}
-    results = {}
+    # one calibration for every group (on all their users), its requests counted in the first
+    calibration, sent = calibrate(everyone, prober.checker_client)
+    results: dict[str, EvaluationResult] = {}
     for name, items in groups.items():
         if items:
             mine = [by_user[item.id] for item in items]
-            metrics = write_outputs(out_dir / name, [r for e in mine for r in e.records])
-            results[name] = EvaluationResult(metrics, mine)
+            records = [r for e in mine for r in e.records]
+            metrics = write_outputs(out_dir / name, records, calibration=calibration)
+            results[name] = EvaluationResult(metrics, mine, 0 if results else sent)
     return results

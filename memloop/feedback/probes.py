@@ -1,10 +1,11 @@
 """The probes run after each period (as the episode runner's probe hook).
 
-They are: every evaluation question as a multiple-choice prompt through `policy.answer`, a state
-query for its required variables, the upper bound (the policy's LLM handed the true values), the
-no-memory control (the policy's LLM with the question alone: no conversation, memory or facts),
-and the factual-recall check of every state revealed so far against `memory_view()` (the written
-memory).
+They are: every evaluation question as a multiple-choice prompt through `policy.answer` (the
+paper's full context: memory and recent raw turns), a state query for its required variables
+answered from written memory only (`memory_only=True`: no raw buffer, no recent turns), the upper
+bound (the policy's LLM handed the true values), the no-memory control (the policy's LLM with the
+question alone: no conversation, memory or facts), and the factual-recall check of every state
+revealed so far against `memory_view()` (the written memory).
 
 The upper bound and the no-memory control do not depend on the policy under test, only on its
 endpoint, so the response cache shares them across policies; the no-memory prompt does not even
@@ -144,7 +145,10 @@ def query_state(
     """One state query for the variables `names`: (the parsed answers, or None and why not)."""
     variables = {v: item.state_schema[v] for v in names}
     points = "\n".join(f"- {v}: one of {', '.join(c)}" for v, c in variables.items())
-    sq = policy.answer(STATE_PROMPT.format(points=points), schema=state_schema(variables))
+    # written memory only: a value still held raw (not yet written) must not answer it
+    sq = policy.answer(
+        STATE_PROMPT.format(points=points), schema=state_schema(variables), memory_only=True
+    )
     if sq.json_error is None and isinstance(sq.parsed, dict):
         return sq.parsed, None
     return None, sq.json_error or "no JSON object"
@@ -188,7 +192,11 @@ class StateProber:
             rec.json_error = NOT_ASKED
             ask_state(item, q, policy, rec)
             questions.append(rec.model_dump(mode="json"))
-        return {"questions": questions, "memory_view": policy.memory_view()}
+        return {
+            "questions": questions,
+            "memory_view": policy.memory_view(),
+            "unwritten_messages": policy.unwritten_messages(),
+        }
 
 
 @dataclass
@@ -217,7 +225,12 @@ class Prober:
             for q in range(len(item.qas))
         ]
         memory = policy.memory_view()
-        out: dict[str, Any] = {"questions": questions, "memory_view": memory}
+        out: dict[str, Any] = {
+            "questions": questions,
+            "memory_view": memory,
+            # which revealed values memory could hold at probe time (feedback.exposure)
+            "unwritten_messages": policy.unwritten_messages(),
+        }
         if self.checker_client is not None:
             out["recall"] = self.recall(item, period, memory).model_dump(mode="json")
         return out

@@ -10,9 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-SCORER_VERSION = "2"
+SCORER_VERSION = "3"
 # 2: state accuracy, the no-memory control, the memory score as one ratio over all questions,
 #    the `format` failure class, factual recall on written memory over the whole episode so far.
+# 3: the state query reads written memory only (no raw buffer, no recent turns); the share of
+#    state pairs still raw only at probe time and the factual-recall ceiling.
 
 
 class QuestionRecord(BaseModel):

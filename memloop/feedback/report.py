@@ -15,6 +15,8 @@ from typing import Any
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_number, format_table
 from memloop.environment.episode import PeriodRecord
+from memloop.feedback.calibration import recall_null_reason
+from memloop.feedback.exposure import cap_recalls, exposure_fields
 from memloop.feedback.records import (
     SCORER_VERSION,
     PeriodRecall,
@@ -35,13 +37,19 @@ from memloop.feedback.scoring import (
 
 
 def collect(period_records: Iterable[PeriodRecord]):
-    """(question records, recall records) of finished periods that carry probe results."""
+    """(question records, recall records) of finished periods that carry probe results.
+
+    A claim memory could not hold by its probe is not supported, whatever the checker said
+    (`exposure.cap_recalls`): recall never exceeds its ceiling.
+    """
+    period_records = list(period_records)
     questions, recalls = [], []
     for rec in period_records:
         questions.extend(question_records(rec.probes))
         recall = period_recall(rec.probes)
         if recall is not None:
             recalls.append(recall)
+    cap_recalls(period_records, recalls)
     return questions, recalls
 
 
@@ -68,8 +76,14 @@ def score_fields(s: Scores) -> dict[str, Any]:
     }
 
 
-def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], list[str]]:
-    """metrics.json content and the warnings raised while scoring."""
+def build_metrics(
+    period_records: list[PeriodRecord], calibration: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """metrics.json content and the warnings raised while scoring.
+
+    `calibration` is the run's `checker_calibration` (None: no checker was measured); a checker
+    failing it nulls every factual-recall figure (`with_calibration`).
+    """
     questions, recalls = collect(period_records)
     with warnings.catch_warnings(record=True) as caught:
         for category in SCORING_WARNINGS:
@@ -85,6 +99,7 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
                 **score_fields(s),
                 "factual_recall": factual_recall(mine),
                 "factual_recall_per_period": period_factual_recall(mine),
+                **exposure_fields([r for r in period_records if r.period <= p], p),
             }
         )
     metrics = {
@@ -94,12 +109,39 @@ def build_metrics(period_records: list[PeriodRecord]) -> tuple[dict[str, Any], l
         **score_fields(total),
         "factual_recall": factual_recall(recalls),
         "factual_recall_per_period": period_factual_recall(recalls),
+        **exposure_fields(period_records),
         "per_period": per_period,
         "per_user": _per_user(questions, recalls),
         "usage": dict(sorted(usage.items())),
         "usage_cached": dict(sorted(usage_by_component(period_records, "cached_tokens").items())),
     }
-    return metrics, [str(w.message) for w in caught]
+    return with_calibration(metrics, calibration), [str(w.message) for w in caught]
+
+
+# the figures the recall checker judges (not `factual_recall_ceiling`: no checker computes it)
+CHECKER_KEYS = ("factual_recall", "factual_recall_per_period")
+
+
+def with_calibration(metrics: dict[str, Any], calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """`metrics` with `checker_calibration` and `factual_recall_null_reason` after its recall keys.
+
+    When the checker fails its calibration (`recall_null_reason`), every factual-recall figure is
+    null: the run's, each period's (`per_period`) and each user's (`per_user`).
+    """
+    reason = recall_null_reason(calibration)
+    if reason is not None:
+        for row in [metrics, *metrics.get("per_period", []), *metrics.get("per_user", {}).values()]:
+            for key in CHECKER_KEYS:
+                if key in row:
+                    row[key] = None
+    added = {"checker_calibration": calibration, "factual_recall_null_reason": reason}
+    keys = list(metrics)
+    recall_keys = [i for i, k in enumerate(keys) if k in CHECKER_KEYS]
+    at = recall_keys[-1] + 1 if recall_keys else len(keys)
+    out = {k: metrics[k] for k in keys[:at]}
+    out.update(added)
+    out.update({k: metrics[k] for k in keys[at:]})
+    return out
 
 
 def usage_by_component(
@@ -141,7 +183,9 @@ def _per_user(
     return out
 
 
-def period_metrics(history: list[PeriodRecord], period: int) -> dict[str, Any]:
+def period_metrics(
+    history: list[PeriodRecord], period: int, calibration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The metrics of period `period`'s probes, diagnosed against the whole `history`.
 
     A wrong answer in period p whose state query was right when the fact was written (an earlier
@@ -154,22 +198,28 @@ def period_metrics(history: list[PeriodRecord], period: int) -> dict[str, Any]:
     mine_recalls = [r for r in recalls if r.period == period]
     s = quiet_score(mine, lookup)
     usage = usage_by_component(rec for rec in history if rec.period == period)
-    return {
+    out = {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in mine}),
         **score_fields(s),
         "factual_recall": factual_recall(mine_recalls),
         "factual_recall_per_period": period_factual_recall(mine_recalls),
+        **exposure_fields([rec for rec in history if rec.period <= period], period),
         "per_user": _per_user(mine, mine_recalls, lookup),
         "usage": dict(sorted(usage.items())),
     }
+    return with_calibration(out, calibration)
 
 
 def write_outputs(
-    out_dir: Path, period_records: list[PeriodRecord], extra: dict[str, Any] | None = None
+    out_dir: Path,
+    period_records: list[PeriodRecord],
+    extra: dict[str, Any] | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """metrics.json (with `calibration`, see build_metrics), records.jsonl and per_period.png."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    metrics, notes = build_metrics(period_records)
+    metrics, notes = build_metrics(period_records, calibration)
     if extra:
         metrics.update(extra)
     if notes:

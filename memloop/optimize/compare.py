@@ -8,9 +8,14 @@ Two tables:
 - marginal: each condition's own numbers (memory score, state accuracy, memory gain, recall,
   tokens), labelled as marginal: they carry no interval, since conditions are compared paired;
 - paired: each condition minus the baseline condition (default: the run without evolution) on the
-  same test users: the mean per-user difference with a studentized bootstrap 95% interval built
-  around it (`core.stats.mean_ci`), n, and a warning below 10 users. Also within each run: the
-  selected prompt minus cycle 0 on the same users.
+  same test users, one row per metric (`core.stats.Paired`): n, the mean per-user difference,
+  its Student t 95% interval (or why there is none: one user, or every difference equal), the
+  two-sided sign-flip permutation p and the users up/tied/down; a warning below 10 users. Also
+  within each run: the selected prompt minus cycle 0 on the same users.
+
+Where the two prompts a row compares are identical (the sha256 of the logged
+`prompts/cycle_NN.json` of the selected cycles, or of cycle 0 and the selected cycle), the row says
+`same prompt` instead of numbers: any difference there comes from the draws, not the prompt.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.stats import SMALL_N, Paired
+from memloop.core.files import json_sha256
+from memloop.core.stats import EXACT_MAX, SMALL_N, Paired, format_p
 from memloop.core.tables import format_number, format_table
 from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize import tracking
@@ -56,6 +62,23 @@ class RunRow:
     vs_baseline: dict[str, Paired] = field(default_factory=dict)  # metric -> paired difference
     repeat: int = 0  # which draw of its condition (evolve's `repeats:`)
     baseline: RunRow | None = None  # the baseline run `vs_baseline` was paired with
+    # sha256 of the logged prompts of cycle 0 and of the selected cycle (None: none logged)
+    first_prompts: str | None = None
+    selected_prompts: str | None = None
+
+    @property
+    def same_prompt_as_first(self) -> bool:
+        """The selected cycle's prompts are cycle 0's: `vs_first` compares a prompt with itself."""
+        return self.selected_prompts is not None and self.selected_prompts == self.first_prompts
+
+    @property
+    def same_prompt_as_baseline(self) -> bool:
+        """This run's selected prompts are its baseline run's selected prompts."""
+        return (
+            self.baseline is not None
+            and self.selected_prompts is not None
+            and self.selected_prompts == self.baseline.selected_prompts
+        )
 
     @property
     def cycles(self) -> int:
@@ -88,6 +111,17 @@ def run_records(mlc, run_id: str) -> list[CycleRecord]:
     """The run's CycleRecords, in cycle order, from its `cycle/` artifacts."""
     paths = sorted(a.path for a in mlc.list_artifacts(run_id, "cycle"))
     return [CycleRecord.from_json(_download_text(mlc, run_id, p)) for p in paths]
+
+
+def prompt_hashes(mlc, run_id: str, cycles: set[int]) -> dict[int, str]:
+    """{cycle: sha256 of its prompts} for each of `cycles` with a `prompts/cycle_NN.json`."""
+    logged = {a.path.rsplit("/", 1)[-1] for a in mlc.list_artifacts(run_id, "prompts")}
+    out = {}
+    for k in sorted(cycles):
+        name = f"cycle_{k:02d}.json"
+        if name in logged:
+            out[k] = json_sha256(json.loads(_download_text(mlc, run_id, f"prompts/{name}")))
+    return out
 
 
 def user_scores(record: CycleRecord, split: str, metric: str = "memory_score") -> dict[str, float]:
@@ -178,8 +212,9 @@ class RepeatSummary:
 
     `mean`/`sd`: of the selected prompt's number on the headline users, across repeats.
     `pooled`: each user's difference from the baseline averaged over the repeats both ran, then
-    the studentized interval over users (users are the independent unit). `diff_sd`: the SD of
-    the per-repeat mean differences (how much one repeat's comparison moves with the draw).
+    `Paired` over users (users are the independent unit). `diff_sd`: the SD of the per-repeat
+    mean differences (how much one repeat's comparison moves with the draw). `same_prompt`: every
+    paired repeat's selected prompt is its baseline repeat's.
     """
 
     group: tuple[str, str, str]
@@ -189,6 +224,7 @@ class RepeatSummary:
     sd: dict[str, float | None]
     pooled: dict[str, Paired] = field(default_factory=dict)
     diff_sd: dict[str, float | None] = field(default_factory=dict)
+    same_prompt: bool = False
 
 
 def _mean_sd(values: list[float]) -> tuple[float | None, float | None]:
@@ -223,6 +259,7 @@ def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
         )
         paired = [r for r in members if r.baseline is not None]
         if paired:
+            summary.same_prompt = all(r.same_prompt_as_baseline for r in paired)
             for m in PAIRED_METRICS:
                 # matched per repeat: a user's condition and baseline values from the same draws
                 cond, base = [], []
@@ -257,7 +294,13 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
     rows = []
     for run in mlc.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
         if "memloop.feedback_mode" in run.data.tags:
-            rows.append(make_row(run, run_records(mlc, run.info.run_id)))
+            row = make_row(run, run_records(mlc, run.info.run_id))
+            if row.records:
+                chosen = row.records[-1].cycle if row.selection is None else row.selection.cycle
+                hashes = prompt_hashes(mlc, row.run_id, {row.records[0].cycle, chosen})
+                row.first_prompts = hashes.get(row.records[0].cycle)
+                row.selected_prompts = hashes.get(chosen)
+            rows.append(row)
     base = pick_baseline(rows, baseline)
     if not base and baseline != "none":
         names = ", ".join(r.condition for r in rows) or "none"
@@ -267,25 +310,36 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
     return rows
 
 
-def _paired_cells(paired: dict[str, Paired]) -> list[Any]:
-    """n, then one cell per PAIRED_METRICS; n = the users with any metric defined for both."""
-    n = max((p.n for p in paired.values()), default=0)
-    return [n, *(_paired_cell(paired[m], n) for m in PAIRED_METRICS)]
+PAIRED_HEADERS = ["n", "mean diff", "95% t interval", "sign-flip p", "up/tied/down"]
+SAME_PROMPT = "same prompt"
 
 
-def _paired_cell(p: Paired | None, n: int | None = None) -> str:
-    """`+0.125 [-0.10,+0.35]`, with `(n=1)` after it when fewer users than `n` define it.
+def _paired_columns(p: Paired) -> list[str]:
+    """n, mean difference, t interval (or why none), sign-flip p, users up/tied/down.
 
-    A memory score is undefined where the upper bound does not beat random.
+    A memory score is undefined where the upper bound does not beat random: n counts the users
+    where both sides define the metric.
     """
-    if p is None or p.diff is None:
-        return "n/a"
-    text = f"{p.diff:+.3f}"
-    if p.ci:
-        text += f" [{p.ci[0]:+.2f},{p.ci[1]:+.2f}]"
-    if n is not None and p.n < n:
-        text += f" (n={p.n})"
-    return text
+    if p.mean is None:
+        return ["0", "n/a", "-", "-", "-"]
+    return [
+        str(p.n),
+        f"{p.mean:+.3f}",
+        p.interval_text(),
+        format_p(p.sign_flip_p),
+        p.counts_text(),
+    ]
+
+
+def _same_prompt_columns() -> list[str]:
+    return ["-", SAME_PROMPT, "-", "-", "-"]
+
+
+def _metric_rows(lead: list[Any], paired: dict[str, Paired], same: bool) -> list[list[Any]]:
+    """One row per metric after the `lead` cells, or one `same prompt` row."""
+    if same:
+        return [[*lead, "all", *_same_prompt_columns()]]
+    return [[*lead, m, *_paired_columns(paired[m])] for m in PAIRED_METRICS if m in paired]
 
 
 def _spread_cell(mean: float | None, sd: float | None) -> str:
@@ -310,7 +364,6 @@ def format_rows(rows: list[RunRow]) -> str:
             format_number(r.memory_gain),
             format_number(r.factual_recall),
             r.tokens,
-            _paired_cell(r.vs_first),
         ]
         for r in rows
     ]
@@ -330,46 +383,64 @@ def format_rows(rows: list[RunRow]) -> str:
                 "mem_gain",
                 "recall",
                 "tokens",
-                "vs cycle 0 (paired)",
             ],
             marginal,
-            align="lll" + ("r" if repeated else "") + "rlrrrrrrl",
+            align="lll" + ("r" if repeated else "") + "rlrrrrrr",
+        ),
+        "",
+        "within each run: the selected prompt minus cycle 0's on the same users (memory score):",
+        format_table(
+            ["condition", *(["repeat"] if repeated else []), "cycles", *PAIRED_HEADERS],
+            [
+                [
+                    r.condition,
+                    *([r.repeat] if repeated else []),
+                    "-" if r.selection is None else f"0 -> {r.selection.cycle}",
+                    *(
+                        _same_prompt_columns()
+                        if r.same_prompt_as_first
+                        else _paired_columns(r.vs_first)
+                    ),
+                ]
+                for r in rows
+            ],
+            align="l" + ("r" if repeated else "") + "lrrlll",
         ),
     ]
     paired = [r for r in rows if r.baseline is not None]
     if paired:
         base = paired[0].baseline
         assert base is not None
+        table: list[list[Any]] = []
+        for r in paired:
+            lead = [r.condition, *([r.repeat] if repeated else [])]
+            table += _metric_rows(lead, r.vs_baseline, r.same_prompt_as_baseline)
         lines += [
             "",
             f"paired with the baseline {base.condition} on the same users "
-            "(mean per-user difference [95% interval])"
+            "(condition - baseline per user)"
             + (", each repeat with the baseline's same repeat:" if repeated else ":"),
             format_table(
-                [
-                    "condition",
-                    *(["repeat"] if repeated else []),
-                    "n",
-                    *(f"diff {m}" for m in PAIRED_METRICS),
-                ],
-                [
-                    [r.condition, *([r.repeat] if repeated else []), *_paired_cells(r.vs_baseline)]
-                    for r in paired
-                ],
-                align="l" + ("r" if repeated else "") + "r" + "l" * len(PAIRED_METRICS),
+                ["condition", *(["repeat"] if repeated else []), "metric", *PAIRED_HEADERS],
+                table,
+                align="l" + ("r" if repeated else "") + "lrrlll",
             ),
         ]
     if repeated:
         lines += ["", *format_repeats(repeat_summaries(rows))]
-    lines.append(
-        "intervals: studentized bootstrap 95% over users of the per-user differences; "
-        "vs cycle 0 = selected prompt - initial prompt in the same run (memory score)"
-    )
+    lines += [
+        "mean diff: the mean per-user difference; 95% t interval: Student t over users (none for "
+        "one user or when every difference is equal)",
+        "sign-flip p: two-sided permutation test of the differences (exact up to "
+        f"{EXACT_MAX} non-zero ones); up/tied/down: users whose difference is > 0, = 0, < 0",
+        f"{SAME_PROMPT}: the two prompts compared are identical, so any difference there is the "
+        "draws' noise, not the prompt's",
+    ]
     small = min((r.n_users for r in rows), default=0)
     if small < SMALL_N:
         lines.append(
             f"only {small} users per condition (fewer than {SMALL_N}): "
-            "the intervals are wide (and absent below 3)"
+            "the intervals are wide (and absent below 2)"
         )
     if any(r.split != HEADLINE_SPLIT for r in rows):
         lines.append("a run without test users shows validation/training numbers: not a headline")
@@ -408,26 +479,20 @@ def format_repeats(summaries: list[RepeatSummary]) -> list[str]:
     ]
     pooled = [s for s in summaries if s.pooled]
     if pooled:
+        table: list[list[Any]] = []
+        for s in pooled:
+            for row in _metric_rows([label(s), s.repeats], s.pooled, s.same_prompt):
+                metric = row[2]
+                sd = s.diff_sd.get(metric)
+                table.append([*row, "-" if s.same_prompt or sd is None else f"{sd:.3f}"])
         lines += [
             "",
             "paired, pooled over repeats (each user's difference averaged over the repeats, "
-            "then [95% interval] over users; sd = SD of the per-repeat mean differences):",
+            "then over users; repeat sd = SD of the per-repeat mean differences):",
             format_table(
-                ["condition", "repeats", "n", *(f"diff {m}" for m in PAIRED_METRICS)],
-                [
-                    [
-                        label(s),
-                        s.repeats,
-                        s.pooled[PAIRED_METRICS[0]].n,
-                        *(
-                            _paired_cell(s.pooled[m])
-                            + ("" if s.diff_sd[m] is None else f" sd {s.diff_sd[m]:.3f}")
-                            for m in PAIRED_METRICS
-                        ),
-                    ]
-                    for s in pooled
-                ],
-                align="lrr" + "l" * len(PAIRED_METRICS),
+                ["condition", "repeats", "metric", *PAIRED_HEADERS, "repeat sd"],
+                table,
+                align="lrlrrlllr",
             ),
         ]
     return lines

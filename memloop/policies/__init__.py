@@ -26,6 +26,7 @@ from memloop.policies.config import (
     RAGConfig,
     load_policy_config,
     parse_policy_config,
+    recorder_config,
 )
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "load_policy_config",
     "parse_policy_config",
     "policy_prompts",
+    "recorder_config",
 ]
 
 
@@ -75,7 +77,8 @@ def build_policy(
     Every type goes through the registry (policies/registry.py) and is built as
     `Class(options, client, workdir)`. Files it needs while running go under `workdir` (a plug-in
     always gets a folder: a temporary one, removed at exit, when the caller gives none).
-    `prompts` replaces some of its default memory-write prompts.
+    `prompts` replaces some of its default memory-write prompts (after the config's own
+    `prompts:`, which replace the defaults first).
     """
     from memloop.policies import registry
 
@@ -101,6 +104,7 @@ def build_policy(
         policy = cls(config, client, workdir)
     else:
         raise TypeError(f"not a policy config: {config!r}")
+    prompts = {**(getattr(config, "prompts", None) or {}), **(prompts or {})}
     if prompts:
         fresh = policy.with_prompts(prompts)
         policy.close()

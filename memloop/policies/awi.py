@@ -137,10 +137,13 @@ class AWIPolicy(BufferedMemoryPolicy):
     def fact_lines(self) -> list[str]:
         return [f"{label}: {self.facts[label]['value']}" for label in sorted(self.facts)]
 
-    def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
+    def _context(
+        self, user_message: str, *, probe: bool, raw: bool = True
+    ) -> tuple[list[Message], list[str]]:
         facts = self.fact_lines()
         header = "What you remember about the user (label: value; each value is the latest known)"
-        return self._memory_messages(user_message, header, facts, "(nothing yet)"), facts
+        messages = self._memory_messages(user_message, header, facts, "(nothing yet)", raw=raw)
+        return messages, facts
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -176,8 +179,11 @@ class AWIPolicy(BufferedMemoryPolicy):
 
     def memory_view(self) -> str:
         facts = self.fact_lines()
-        parts = ["Memory (label: value):", *(facts or ["(empty)"])]
-        return "\n".join(parts)  # written memory only: never the unwritten message buffer
+        if not facts:  # an empty memory renders as nothing: it supports no claim
+            return ""
+        return "\n".join(
+            ["Memory (label: value):", *facts]
+        )  # written memory only, never the buffer
 
     def stats(self) -> dict[str, Any]:
         return {

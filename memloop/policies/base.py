@@ -65,6 +65,18 @@ def estimate_messages_tokens(messages: list[Message]) -> int:
     return sum(estimate_tokens(m["content"]) + 8 for m in messages)
 
 
+def memoryless_messages(user_message: str) -> list[Message]:
+    """A chat request that holds the current user message only: no memory, no earlier turns.
+
+    The request of a policy with `reply_memory: false` and of a record-only evaluation
+    (`memloop eval --record-only`): the same text, so one response cache serves both.
+    """
+    return [
+        {"role": "system", "content": ASSISTANT_INTRO},
+        {"role": "user", "content": user_message},
+    ]
+
+
 def render_transcript(messages: list[Message]) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
@@ -149,7 +161,10 @@ class BasePolicy:
 
     def respond(self, user_message: str) -> str:
         self._before_turn(user_message)
-        messages, _ = self._context(user_message, probe=False)
+        if self.config.reply_memory:
+            messages, _ = self._context(user_message, probe=False)
+        else:  # the conversation does not depend on the memory (or its write prompts)
+            messages = memoryless_messages(user_message)
         reply = self.client.chat(
             messages, component="agent", max_tokens=self.config.reply_max_tokens
         ).text
@@ -160,8 +175,10 @@ class BasePolicy:
         self._before_turn(user_message)
         self._after_turn(user_message, assistant_message)
 
-    def answer(self, prompt: str, *, schema: dict[str, Any] | None = None) -> Answer:
-        messages, retrieved = self._context(prompt, probe=True)
+    def answer(
+        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+    ) -> Answer:
+        messages, retrieved = self._context(prompt, probe=True, raw=not memory_only)
         # A schema-bound answer keeps the endpoint's cap: a short reply cap could cut its JSON.
         cap = self.config.reply_max_tokens if schema is None else None
         result = self.client.chat(messages, component="probe", schema=schema, max_tokens=cap)
@@ -204,6 +221,10 @@ class BasePolicy:
 
     def memory_view(self) -> str:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
+
+    def unwritten_messages(self) -> int:
+        """Messages taken in but not yet handed to memory (0: everything taken in is memory)."""
+        return 0
 
     def stats(self) -> dict[str, Any]:
         """Counters worth recording with a period (writes, failures, drops)."""
@@ -277,7 +298,13 @@ class BasePolicy:
         self.turns += 1
         self._remember(user_message, assistant_message)
 
-    def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
+    def _context(
+        self, user_message: str, *, probe: bool, raw: bool = True
+    ) -> tuple[list[Message], list[str]]:
+        """The request for `user_message` and the memories placed in it.
+
+        `raw=False` (a memory-only probe) leaves out messages held raw and not yet written.
+        """
         raise NotImplementedError
 
     def _remember(self, user_message: str, assistant_message: str) -> None:
@@ -330,13 +357,20 @@ class BufferedMemoryPolicy(BasePolicy):
     def _write(self, batch: list[Message], time: str | None) -> None:
         raise NotImplementedError
 
+    def unwritten_messages(self) -> int:
+        return len(self.buffer.messages)
+
     def _memory_messages(
-        self, user_message: str, header: str, lines: list[str], empty: str
+        self, user_message: str, header: str, lines: list[str], empty: str, *, raw: bool = True
     ) -> list[Message]:
-        """System prompt with ``lines`` under ``header`` (``empty`` if none), buffer, message."""
+        """System prompt with ``lines`` under ``header`` (``empty`` if none), buffer, message.
+
+        `raw=False` leaves the buffer (messages not yet written) out: the request then holds
+        written memory only.
+        """
         listing = "\n".join(f"- {line}" for line in lines) if lines else empty
         return [
             {"role": "system", "content": f"{ASSISTANT_INTRO}\n\n{header}:\n{listing}"},
-            *self.buffer.messages,
+            *(self.buffer.messages if raw else []),
             {"role": "user", "content": user_message},
         ]

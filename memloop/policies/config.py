@@ -35,6 +35,18 @@ class _PolicyConfigBase(BaseModel):
         "memory writes keep the endpoint's max_tokens); "
         "default: the endpoint's max_tokens",
     )
+    prompts: dict[str, str] | None = Field(
+        None,
+        description="memory-write prompts to start from, by name (e.g. {writer: ...} for AWI); "
+        "default: the policy's own",
+    )
+    reply_memory: bool = Field(
+        True,
+        strict=True,
+        description="chat replies see the memory and recent turns (the paper's assistant); "
+        "false: a reply sees only the current user message, so the conversation does not depend "
+        "on what the memory holds and replaying a recording equals an on-policy run",
+    )
 
     @property
     def display_name(self) -> str:
@@ -55,6 +67,20 @@ class NativeConfig(_PolicyConfigBase):
 
     def default_name(self) -> str:
         return "native"
+
+
+def recorder_config(config: Any) -> NativeConfig:
+    """The assistant a record-only evaluation records with (`memloop eval --record-only`).
+
+    It writes no memory and is never probed; each reply sees only the current user message (the
+    request of `reply_memory: false`, so a policy with that setting held the same conversation:
+    replaying the recording to it equals its on-policy run). Replies keep `config`'s cap.
+    """
+    return NativeConfig(
+        name="recorder",
+        reply_memory=False,
+        reply_max_tokens=getattr(config, "reply_max_tokens", None),
+    )
 
 
 class _BufferedConfig(_PolicyConfigBase):

@@ -239,13 +239,16 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             lines.append(f"[{stamp}] {text}" if stamp and simulated_time(text) is None else text)
         return lines
 
-    def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
+    def _context(
+        self, user_message: str, *, probe: bool, raw: bool = True
+    ) -> tuple[list[Message], list[str]]:
         retrieved = self.retrieve(user_message)
         header = (
             "Memories about the user that may be relevant, oldest first "
             "(a [date] is when it was noted)"
         )
-        return self._memory_messages(user_message, header, retrieved, "(none)"), retrieved
+        messages = self._memory_messages(user_message, header, retrieved, "(none)", raw=raw)
+        return messages, retrieved
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -283,6 +286,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
 
     def memory_view(self) -> str:
         texts = self.memory_texts()
+        if not texts:  # an empty memory renders as nothing: it supports no claim
+            return ""
         parts = [f"Stored memories ({len(texts)}):", *(f"- {t}" for t in texts)]
         return "\n".join(parts)  # written memory only: never the unwritten message buffer
 

@@ -62,8 +62,12 @@ class NativePolicy(BasePolicy):
             start += 1
         return start
 
-    def _context(self, user_message: str, *, probe: bool) -> tuple[list[Message], list[str]]:
-        # For a chat turn `_before_turn` has already made room; a probe only trims its own copy.
+    def _context(
+        self, user_message: str, *, probe: bool, raw: bool = True
+    ) -> tuple[list[Message], list[str]]:
+        # The native policy's memory is the conversation it keeps: nothing is held unwritten, so
+        # a memory-only probe (raw=False) sees the same turns. For a chat turn `_before_turn` has
+        # already made room; a probe only trims its own copy.
         turns = self.kept[self._fitting_start(user_message) :] if probe else self.kept
         messages = self._messages(turns, user_message)
         return messages, [f"{m['role']}: {m['content']}" for m in messages[1:-1]]

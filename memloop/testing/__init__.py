@@ -4,13 +4,15 @@
 - :class:`ScriptedMemoryLLM`: a reply function that tells the policies' requests apart;
 - :class:`ScriptedPolicy`: a deterministic, model-free policy that passes ``check_policy``;
 - :class:`ScriptedEvolver`: a deterministic, model-free evolver that passes ``check_evolver``;
-- :func:`evolve_loop_reply`: a fake-server reply for the whole evolution loop (GEPA included).
+- :func:`evolve_loop_reply`: a fake-server reply for the whole evolution loop (GEPA included);
+- :func:`notes_checker`: a fake-server reply for the factual-recall check that reads the notes.
 
 The conformance suites themselves live beside their Protocols:
 :func:`memloop.environment.policy_check.check_policy` and
 :func:`memloop.optimize.evolver_check.check_evolver`.
 """
 
+from memloop.testing.checker import is_recall_request, notes_checker, recall_verdicts
 from memloop.testing.evolvers import ScriptedEvolver, evolve_loop_reply, is_evolver_request
 from memloop.testing.fake_server import (
     FakeOpenAIServer,
@@ -30,6 +32,9 @@ __all__ = [
     "evolve_loop_reply",
     "fake_roles",
     "is_evolver_request",
+    "is_recall_request",
+    "notes_checker",
+    "recall_verdicts",
     "request_kind",
     "request_schema",
     "schema_valid_reply",

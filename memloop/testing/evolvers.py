@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from memloop.optimize.evolvers import EvolveStep
+from memloop.testing.checker import is_recall_request, notes_checker
 from memloop.testing.fake_server import request_schema
 
 
@@ -70,7 +71,9 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     Evolver requests get a rewrite (as `<new_instructions>`, or in a ``` block for GEPA) that
     differs with the amount of feedback; schema requests get schema-valid JSON (answer 2, or, when
     the prompt states the user's situation as for the upper bound, the option sharing the most
-    words with it; every other field "yes"); plain chat gets a short user-like line.
+    words with it; a factual-recall check is answered from its notes (`notes_checker`: "yes"
+    when the claimed value is in them), so the checker passes its calibration; every other field
+    "yes"); plain chat gets a short user-like line.
 
     A sampled request (one that carries a `seed`: temperature > 0) answers a question the upper
     bound did not inform with an option drawn from the seed and the prompt, so draws of a run
@@ -102,4 +105,6 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
         if "seed" in body and "current situation:" not in prompt:
             return json.dumps({"answer": seeded_pick(prompt, int(body["seed"]))})
         return json.dumps({"answer": informed_pick(prompt)})
+    if is_recall_request(body):
+        return notes_checker(body)
     return json.dumps({k: "yes" for k in props})

@@ -65,7 +65,9 @@ class ScriptedPolicy:
 
     # -- probes ---------------------------------------------------------------------------
 
-    def answer(self, prompt: str, *, schema: dict[str, Any] | None = None) -> Answer:
+    def answer(
+        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+    ) -> Answer:
         memories = self.seen[-3:]
         if schema is None:
             return Answer(f"From memory: {' | '.join(memories)}", list(memories))
@@ -84,6 +86,9 @@ class ScriptedPolicy:
 
     def memory_view(self) -> str:
         return "\n".join(self.seen)
+
+    def unwritten_messages(self) -> int:
+        return 0  # everything taken in is memory
 
     # -- prompts --------------------------------------------------------------------------
 

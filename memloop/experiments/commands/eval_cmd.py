@@ -1,7 +1,8 @@
 """`memloop eval`: run a policy through an environment's episodes, probing after every period.
 
 Writes metrics.json, records.jsonl and per_period.png; `--replay DIR` evaluates off-policy on the
-conversations an earlier eval recorded.
+conversations an earlier eval recorded; `--record-only` records conversations and nothing else
+(no memory writes, no probes), to be scored by replay as often as needed.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "to this policy instead of simulating the user; the recording must match the users, "
         "periods and sessions",
     )
+    p.add_argument(
+        "--record-only",
+        action="store_true",
+        help="record the conversations once, for scoring any prompt later with --replay: the "
+        "assistant replies to each user message alone (no memory, as a policy with "
+        "reply_memory: false), no memory is written and nothing is probed or scored",
+    )
     p.set_defaults(func=run_eval)
 
 
@@ -83,6 +91,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
     from memloop.core.files import atomic_write_json, file_sha256, json_sha256, run_folder_lock
     from memloop.environment.datafile import load_items, local_path
+    from memloop.environment.episode import run_episodes
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
@@ -90,7 +99,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.llm.roles import RoleClients
     from memloop.optimize.context import load_policy
     from memloop.optimize.spec import run_spec
-    from memloop.policies import build_policy, policy_prompts
+    from memloop.policies import build_policy, policy_prompts, recorder_config
 
     for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
         positive(name.replace("_", "-"), getattr(args, name))
@@ -103,6 +112,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.periods and args.periods > most:
         raise UserError(f"--periods {args.periods}: {args.env} has at most {most} periods")
     config = load_policy(args.policy)
+    if args.record_only:
+        if args.replay:
+            raise UserError("--record-only records conversations; it cannot also --replay one")
+        config = recorder_config(config)
     clients = RoleClients.from_files(
         args.endpoint,
         args.sim_endpoint or args.endpoint,
@@ -131,6 +144,7 @@ def run_eval(args: argparse.Namespace) -> int:
         endpoints=clients.public(),
         rounds={"init": args.rounds_init, "update": args.rounds_update},
         replay=str(replay_from) if replay_from else None,
+        record_only=bool(args.record_only),
     )
     if not args.force:
         same_run_or_refuse(out, spec, force=False)  # before anything is written
@@ -142,6 +156,24 @@ def run_eval(args: argparse.Namespace) -> int:
     with folder:  # a second live eval in this folder is refused until this one ends
         same_run_or_refuse(out, spec, force=args.force)
         atomic_write_json(out / "spec.json", spec, indent=2)
+        sim_config = SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update)
+        if args.record_only:
+            episodes = run_episodes(
+                items,
+                lambda uid, workdir, client: build_policy(config, client, workdir),
+                clients.agent,
+                out / "episodes",
+                sim_client=clients.user_sim,
+                sim_config=sim_config,
+                periods=args.periods,
+                max_users_in_parallel=args.parallel_users,
+            )
+            sent = sum(e.usage["total"]["calls"] for e in episodes if e.usage)
+            periods = sum(len(e.records) for e in episodes)
+            print(f"recorded {len(episodes)} users, {periods} periods in {out / 'episodes'}")
+            print(f"new model requests this run: {sent}")
+            print(f"score a policy on it: memloop eval --replay {out} --policy YAML --out DIR ...")
+            return 0
         result = run_evaluation(
             items,
             lambda uid, workdir, client: build_policy(config, client, workdir),
@@ -149,9 +181,7 @@ def run_eval(args: argparse.Namespace) -> int:
             agent_client=clients.agent,
             sim_client=clients.user_sim,
             checker_client=clients.checker,
-            sim_config=SimulatorConfig(
-                rounds_init=args.rounds_init, rounds_update=args.rounds_update
-            ),
+            sim_config=sim_config,
             periods=args.periods,
             max_users_in_parallel=args.parallel_users,
             replay_from=replay_from,
@@ -174,6 +204,7 @@ IDENTITY = (
     "endpoints",
     "rounds",
     "replay",
+    "record_only",
 )
 RUN_FILES = ("spec.json", "metrics.json", "records.jsonl", "per_period.png", "episodes")
 

@@ -1,0 +1,438 @@
+"""Evidence that evolution works: a positive control on the embedded models (issue 27, item 5).
+
+The question, fixed before any run: **does memloop's evolution loop, started from a deliberately
+weak memory-write prompt, find a writer that stores the user's facts?** A loop that cannot do
+that here, where the headroom is large and known, cannot be trusted to find subtler gains.
+
+Design (the DESIGN dict below, fixed before the first run; the seed was chosen without looking at
+any outcome and is not to be changed after seeing one):
+- procedural environment, 16 users, 4 values per state (chance 0.25), 1 change per period, 2
+  periods (the initial one and one update, so a value written early must still be read later),
+  2 questions x 2 required variables;
+- one-round scripted sessions: each user turn is the environment's own opening message; the
+  assistant's reply sees only that message (`reply_memory: false`), so the conversation does not
+  depend on the write prompt: it is recorded once and every prompt is scored by replaying it
+  (identical to an on-policy run, tests/test_replay_real.py);
+- AWI with no raw buffer (update_freq 2, short_term_len 0): every turn goes through the writer,
+  and the state queries read written memory only, so state accuracy measures the writer;
+- writer and reader on the embedded 1.5B model; the playbook evolver (one-sentence rules, each
+  screened by replaying the training users' conversations) with the 1.5B model as optimizer,
+  complete feedback, 2 cycles, objective state accuracy; the recall checker on the 0.5B model;
+- users: 2 training (feedback), 4 validation (the cycle the evolved arm stands for is chosen on
+  them alone), 10 test (the headline: nothing is chosen on them);
+- arms on the same 10 test users and the same recorded conversations: `seed` (the weak prompt),
+  `evolved` (the selected cycle's prompt), `default` (memloop's AWI writer prompt), `hand` (a
+  hand-improved prompt), `oracle` (memory = the conversation verbatim: the native policy),
+  `no_memory` (a writer that never runs);
+- paired differences with n, mean, t 95% interval, exact sign-flip p and users up / tied / down;
+  the minimum detectable effect at 80% power from the measured per-user spread.
+
+Outputs: benchmarks/results/evidence.json, evidence.png and evidence.md (the text the READMEs
+quote). Resumable: episodes are checkpointed and every model response is cached; a finished run
+only rebuilds the report. A hosted model needs only endpoint files: `--agent-endpoint`,
+`--optimizer-endpoint`, `--checker-endpoint`.
+
+    .venv/bin/python benchmarks/evidence.py --out runs/bench/evidence
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+EXPERIMENTS = ROOT / "memloop" / "experiments"
+RESULTS = ROOT / "benchmarks" / "results"
+
+# A deliberately weak writer: it keeps the topic of the conversation, not the user's facts.
+SEED_PROMPT = (
+    "You keep a short memory for an assistant. Write one label, topic, whose value names what "
+    "the latest conversation was about in two or three words. Do not record details."
+)
+# Improved by hand (written before any run; no user's value in it).
+HAND_PROMPT = (
+    "You keep the memory of a personal assistant about its user. For every fact the user states "
+    "about their own life (work, schedule, home, money, plans, health, habits, preferences), "
+    "write one edit: a short snake_case label for the kind of fact and, as its value, the "
+    "user's situation in the user's own words. When the user says something changed, write the "
+    "new situation under the same label. Ignore the assistant's replies and the [Current Time] "
+    "stamp. Return no edits when the user states no fact about themselves."
+)
+
+DESIGN: dict[str, Any] = {
+    "question": "does the loop find a writer that stores the user's facts? (positive control)",
+    "procedural": {
+        "users": 16,
+        "periods": 1,
+        "questions": 2,
+        "states_per_question": 2,
+        "choices_per_state": 4,
+        "changes_per_period": 1,
+        "seed": 27,
+    },
+    "splits": {"train": 2, "val": 4, "test": 10},
+    "policy": {
+        "type": "awi",
+        "update_freq": 2,
+        "short_term_len": 0,
+        "reply_memory": False,
+        "reply_max_tokens": 32,
+    },
+    "rounds": {"init": 1, "update": 1},
+    "evolver": "playbook",
+    "feedback_mode": "complete",
+    "cycles": 2,
+    "objective": "state_accuracy",
+    "models": {"agent": "local-1.5b", "optimizer": "local-1.5b", "checker": "local-0.5b"},
+    "seed_prompt": SEED_PROMPT,
+    "hand_prompt": HAND_PROMPT,
+    "arms": ["seed", "evolved", "default", "hand", "oracle", "no_memory"],
+    "comparisons": [
+        ["evolved", "seed"],
+        ["evolved", "default"],
+        ["evolved", "hand"],
+        ["hand", "seed"],
+        ["default", "seed"],
+        ["oracle", "seed"],
+        ["seed", "no_memory"],
+    ],
+    "power": 0.8,
+    "alpha": 0.05,
+}
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def endpoint_files(args: argparse.Namespace) -> dict[str, str]:
+    local = str(EXPERIMENTS / "endpoints" / "local.yaml")
+    small = str(EXPERIMENTS / "endpoints" / "local-0.5b.yaml")
+    return {
+        "agent": args.agent_endpoint or local,
+        "user_sim": args.agent_endpoint or local,  # one-round sessions: never asked
+        "checker": args.checker_endpoint or small,
+        "optimizer": args.optimizer_endpoint or local,
+    }
+
+
+def write_inputs(out: Path, endpoints: dict[str, str], tracking_uri: str) -> Path:
+    """The policy YAMLs and the evolve experiment file, under `out`; returns the experiment."""
+    import yaml
+
+    policy = {**DESIGN["policy"], "prompts": {"writer": SEED_PROMPT}}
+    (out / "seed-policy.yaml").write_text(yaml.safe_dump(policy, sort_keys=False))
+    sizes = DESIGN["splits"]
+    experiment = {
+        "experiment": "evidence",
+        "environment": {
+            "procedural": DESIGN["procedural"],
+            "train_users": sizes["train"],
+            "val_users": sizes["val"],
+            "test_users": 0,  # the test users are scored below, by replay, on every arm alike
+        },
+        "policy": str(out / "seed-policy.yaml"),
+        "endpoints": endpoints,
+        "feedback_modes": [DESIGN["feedback_mode"]],
+        "evolvers": [DESIGN["evolver"]],
+        "search": "episode",
+        "objective": DESIGN["objective"],
+        "cycles": DESIGN["cycles"],
+        "rounds": DESIGN["rounds"],
+        "parallel_users": 1,
+        "tracking_uri": tracking_uri,
+        "out_dir": str(out / "evolve"),
+    }
+    path = out / "evolve.yaml"
+    path.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    return path
+
+
+def arm_configs(evolved: dict[str, str]) -> dict[str, tuple[Any, dict[str, str] | None]]:
+    """{arm: (policy config, writer prompts or None for the config's own)}."""
+    from memloop.policies import AWIConfig, NativeConfig
+    from memloop.policies.programs import AWI_WRITER_INSTRUCTIONS
+
+    awi = AWIConfig(**DESIGN["policy"])
+    never = AWIConfig(**{**DESIGN["policy"], "update_freq": 64})  # more than any user says
+    return {
+        "seed": (awi, {"writer": SEED_PROMPT}),
+        "evolved": (awi, evolved),
+        "default": (awi, {"writer": AWI_WRITER_INSTRUCTIONS}),
+        "hand": (awi, {"writer": HAND_PROMPT}),
+        "oracle": (
+            NativeConfig(reply_memory=False, reply_max_tokens=DESIGN["policy"]["reply_max_tokens"]),
+            None,
+        ),
+        "no_memory": (never, None),
+    }
+
+
+def score_arm(items, config, prompts, client, recording: Path, out: Path, progress: bool):
+    """Per test user: state accuracy of `config` with `prompts` by replay of `recording`."""
+    from memloop.environment.episode import run_episodes
+    from memloop.feedback.exposure import exposure_fields
+    from memloop.feedback.probes import StateProber
+    from memloop.feedback.records import question_records
+    from memloop.feedback.scoring import state_accuracy
+    from memloop.policies import build_policy
+
+    episodes = run_episodes(
+        items,
+        lambda uid, workdir, c: build_policy(config, c, workdir, prompts=prompts),
+        client,
+        out,
+        probe=StateProber(),
+        replay_from=recording,
+        max_users_in_parallel=1,
+        progress=progress,
+    )
+    by_user = {}
+    raw_only = []
+    for e in episodes:
+        questions = [q for r in e.records for q in question_records(r.probes)]
+        by_user[e.user_id] = state_accuracy(questions).accuracy
+        raw_only.append(exposure_fields(e.records)["state_raw_only_share"])
+    return by_user, raw_only, [e.records[-1].probes["memory_view"] for e in episodes]
+
+
+def paired_table(test: dict[str, dict[str, float]], same: dict[str, bool]) -> dict[str, Any]:
+    from memloop.core.stats import Paired
+
+    out: dict[str, Any] = {}
+    for a, b in DESIGN["comparisons"]:
+        key = f"{a}-{b}"
+        if {a, b} <= {"evolved", "seed"} and same.get("evolved-seed"):
+            out[key] = "same prompt"
+            continue
+        out[key] = Paired.of(test[a], test[b]).to_dict()
+    return out
+
+
+def figure(test: dict[str, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from memloop.core.stats import t_interval
+
+    arms = DESIGN["arms"]
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    for i, arm in enumerate(arms):
+        values = list(test[arm].values())
+        mean = sum(values) / len(values)
+        ax.scatter(
+            [i + (j - len(values) / 2) * 0.02 for j in range(len(values))],
+            values,
+            s=12,
+            color="0.6",
+            zorder=2,
+        )
+        ci = t_interval(values)
+        ax.bar(i, mean, width=0.6, color="tab:blue", alpha=0.5, zorder=1)
+        if ci is not None:
+            ax.errorbar(i, mean, yerr=[[mean - ci[0]], [ci[1] - mean]], color="k", capsize=4)
+    ax.axhline(
+        1 / DESIGN["procedural"]["choices_per_state"], ls="--", color="0.4", lw=1, label="chance"
+    )
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("state accuracy (written memory only)")
+    n = len(next(iter(test.values())))
+    ax.set_title(f"Positive control: arms on the same {n} test users (mean, t 95%, users)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def summary_text(result: dict[str, Any]) -> str:
+    """The paragraph README and benchmarks/README quote, from the numbers alone."""
+    test, paired = result["test"], result["paired"]
+    means = {arm: sum(v.values()) / len(v) for arm, v in test.items()}
+    n = len(test["seed"])
+    lines = [
+        f"Evidence benchmark (commit {result['commit'][:7]}, {result['seconds'] / 60:.0f} min): "
+        f"state accuracy on {n} test users (chance 0.25): "
+        + ", ".join(f"{arm} {means[arm]:.3f}" for arm in DESIGN["arms"])
+        + f". The loop selected cycle {result['selected_cycle']} on the validation users.",
+    ]
+    for key, p in paired.items():
+        if p == "same prompt":
+            lines.append(f"- {key}: same prompt (the evolved arm is the seed prompt).")
+            continue
+        interval = (
+            "no interval" if p["t95"] is None else f"[{p['t95'][0]:+.3f}, {p['t95'][1]:+.3f}]"
+        )
+        lines.append(
+            f"- {key}: {p['mean']:+.3f} {interval}, sign-flip p = {p['sign_flip_p']:.3g}, "
+            f"n = {p['n']}, up/tied/down {p['up']}/{p['tied']}/{p['down']}"
+        )
+    evolved = paired.get("evolved-seed")
+    if evolved == "same prompt":
+        verdict = "The positive control FAILED: the loop kept the seed prompt."
+    elif evolved["t95"] is not None and evolved["t95"][0] > 0:
+        verdict = "The positive control PASSED: the evolved prompt beats the seed on test users."
+    else:
+        verdict = (
+            "The positive control FAILED: the evolved prompt's gain over the seed is not "
+            "distinguishable from zero on the test users."
+        )
+    lines.append(verdict)
+    power = result["power"]
+    if power["mde"] is None:
+        lines.append("No paired difference varied across users: no detectable effect computed.")
+    else:
+        lines.append(
+            f"Minimum detectable effect at 80% power (two-sided 0.05, n = {n}, per-user SD of "
+            f"the {power['sd_of']} {power['sd']:.3f}): {power['mde']:.3f}."
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    from memloop.core.settings import apply_offline_defaults
+
+    apply_offline_defaults()
+    from memloop.core.stats import detectable_effect
+    from memloop.environment.datafile import save_items
+    from memloop.environment.episode import run_episodes
+    from memloop.environment.procedural import generate_procedural
+    from memloop.experiments.cli import stop_requests_on_ctrl_c
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.context import role_clients
+    from memloop.optimize.evolve import run_evolve
+    from memloop.policies import AWIConfig, build_policy, recorder_config
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/bench/evidence")
+    parser.add_argument("--agent-endpoint", help="writer and reader (default: embedded 1.5B)")
+    parser.add_argument("--optimizer-endpoint", help="the evolver's model (default: 1.5B)")
+    parser.add_argument("--checker-endpoint", help="recall checker (default: embedded 0.5B)")
+    parser.add_argument("--results", default=str(RESULTS), help="where the JSON/figure go")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    progress = not args.no_progress
+    started = time.perf_counter()
+    tracking_uri = f"sqlite:///{out / 'mlflow.db'}"
+    endpoints = endpoint_files(args)
+
+    items = generate_procedural(**DESIGN["procedural"])
+    sizes = DESIGN["splits"]
+    test_items = items[sizes["train"] + sizes["val"] : sum(sizes.values())]
+    save_items(items, out / "env.json")
+
+    with stop_requests_on_ctrl_c():
+        # 1. the loop: cycles on training users, selection on validation users
+        config = load_config(write_inputs(out, endpoints, tracking_uri), EvolveConfig)
+        clients = role_clients(config.endpoints)
+        print(f"[{time.perf_counter() - started:.0f} s] evolving (train + val users)", flush=True)
+        (outcome,) = run_evolve(config, progress=progress, clients=clients)
+        assert outcome.selection is not None
+        selected = outcome.selection.cycle
+        prompts = json.loads(
+            (outcome.run_dir / f"cycle_{selected:02d}" / "prompts.json").read_text()
+        )
+
+        # 2. the test users' conversations, recorded once
+        recording = out / "test-recording"
+        print(f"[{time.perf_counter() - started:.0f} s] recording the test users", flush=True)
+        recorder = recorder_config(AWIConfig(**DESIGN["policy"]))
+        run_episodes(
+            test_items,
+            lambda uid, workdir, c: build_policy(recorder, c, workdir),
+            clients.agent,
+            recording,
+            max_users_in_parallel=1,
+            progress=progress,
+        )
+
+        # 3. every arm scored by replay on the same test users
+        test: dict[str, dict[str, float]] = {}
+        raw_only: dict[str, list] = {}
+        memories: dict[str, list[str]] = {}
+        same = {"evolved-seed": prompts == {"writer": SEED_PROMPT}}
+        for arm, (cfg, arm_prompts) in arm_configs(prompts).items():
+            if arm == "evolved" and same["evolved-seed"]:
+                test[arm] = dict(test["seed"])
+                continue
+            print(f"[{time.perf_counter() - started:.0f} s] scoring arm {arm}", flush=True)
+            test[arm], raw_only[arm], memories[arm] = score_arm(
+                test_items,
+                cfg,
+                arm_prompts,
+                clients.agent,
+                recording,
+                out / "arms" / arm,
+                progress,
+            )
+
+    diffs = [test["evolved"][u] - test["seed"][u] for u in test["seed"]]
+    spread = [test["hand"][u] - test["seed"][u] for u in test["seed"]]
+    sd = _sd(diffs) or _sd(spread) or 0.0
+    cycles = [
+        {
+            "cycle": c.cycle,
+            "val_state_accuracy": c.splits["val"].state_accuracy if "val" in c.splits else None,
+            "train_state_accuracy": c.splits["train"].state_accuracy
+            if "train" in c.splits
+            else None,
+            "tokens": sum(c.tokens.values()),
+        }
+        for c in outcome.cycles
+    ]
+    result = {
+        "commit": git_commit(),
+        "design": DESIGN,
+        "selected_cycle": selected,
+        "selection": outcome.selection.model_dump(),
+        "cycles": cycles,
+        "evolved_prompts": prompts,
+        "test": test,
+        "paired": paired_table(test, same),
+        "state_raw_only_share": raw_only,
+        "power": {
+            "sd": sd,
+            "sd_of": "evolved-seed differences" if _sd(diffs) else "hand-seed differences",
+            "mde": detectable_effect(len(diffs), sd) if sd > 0 else None,
+        },
+        "seconds": round(time.perf_counter() - started, 1),
+        "new_responses_this_run": clients.agent.cache.stores if clients.agent.cache else None,
+    }
+    (results / "evidence.json").write_text(json.dumps(result, indent=1))
+    (out / "final_memories.json").write_text(json.dumps(memories, indent=1))
+    figure(test, results / "evidence.png")
+    text = summary_text(result)
+    (results / "evidence.md").write_text(text + "\n")
+    print(text)
+    print(f"\nwrote {results / 'evidence.json'}, evidence.png, evidence.md")
+    return 0
+
+
+def _sd(values: list[float]) -> float | None:
+    import statistics
+
+    if len(values) < 2:
+        return None
+    sd = statistics.stdev(values)
+    return sd if sd > 0 else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

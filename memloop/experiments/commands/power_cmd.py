@@ -1,0 +1,54 @@
+"""`memloop power`: how many users a comparison needs, or what it can detect (paired t test)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    power = sub.add_parser(
+        "power",
+        help="users needed for an effect, or the effect a number of users can detect",
+        description="Power planning for a paired t test over users (the test behind compare's "
+        "intervals), exact from the noncentral t distribution. With --effect: the fewest users "
+        "that detect it; with --users: the smallest effect those users detect.",
+    )
+    power.add_argument(
+        "--sd",
+        type=float,
+        required=True,
+        help="SD across users of what is averaged: the per-user difference condition - baseline "
+        "(or the measure itself, for one mean)",
+    )
+    power.add_argument("--effect", type=float, help="the true mean difference to detect")
+    power.add_argument("--users", type=int, help="the number of users available")
+    power.add_argument("--power", type=float, default=0.8, help="default 0.8")
+    power.add_argument("--alpha", type=float, default=0.05, help="two-sided; default 0.05")
+    power.set_defaults(func=cmd_power)
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    from memloop.core import stats
+    from memloop.core.errors import UserError
+
+    if (args.effect is None) == (args.users is None):
+        raise UserError(
+            "give either --effect (to get the users needed) or --users (to get the effect)"
+        )
+    setting = (
+        f"(paired t test, two-sided alpha {args.alpha:g}, power {args.power:g}, "
+        f"SD of the per-user differences {args.sd:g})"
+    )
+    try:
+        if args.effect is not None:
+            users = stats.users_needed(args.effect, args.sd, power=args.power, alpha=args.alpha)
+            print(f"users needed: {users} to detect a mean difference of {abs(args.effect):g}")
+        else:
+            effect = stats.detectable_effect(
+                args.users, args.sd, power=args.power, alpha=args.alpha
+            )
+            print(f"minimum detectable effect: {effect:.4g} with {args.users} users")
+    except ValueError as exc:
+        raise UserError(f"power: {exc}") from None
+    print(setting)
+    return 0
