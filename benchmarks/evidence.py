@@ -308,11 +308,11 @@ def main() -> int:
     apply_offline_defaults()
     from memloop.core.stats import detectable_effect
     from memloop.environment.datafile import save_items
-    from memloop.environment.episode import run_episodes
+    from memloop.environment.episode import load_record, run_episodes
     from memloop.environment.procedural import generate_procedural
     from memloop.experiments.cli import stop_requests_on_ctrl_c
     from memloop.optimize.config import EvolveConfig, load_config
-    from memloop.optimize.context import role_clients
+    from memloop.optimize.context import role_clients, sim_config
     from memloop.optimize.evolve import run_evolve
     from memloop.policies import AWIConfig, build_policy, recorder_config
 
@@ -359,9 +359,17 @@ def main() -> int:
             lambda uid, workdir, c: build_policy(recorder, c, workdir),
             clients.agent,
             recording,
+            sim_client=clients.user_sim,
+            sim_config=sim_config(config),  # the design's one-round sessions, as evolve's
             max_users_in_parallel=1,
             progress=progress,
         )
+        rounds = {
+            len(s.messages)
+            for p in recording.glob("*/period_*/record.json")
+            for s in load_record(p).sessions
+        }
+        assert rounds == {2}, f"the recording must hold one-round sessions, not {rounds}"
 
         # 3. every arm scored by replay on the same test users
         test: dict[str, dict[str, float]] = {}
