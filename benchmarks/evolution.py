@@ -9,11 +9,13 @@ environment, four conditions on the same users and the same draws:
 - `gepa`: GEPA's reflective Pareto search (its own search).
 
 Every condition selects its cycle on the validation users (objective: state accuracy); the
-numbers reported are on the test users, paired with `none` (same users), each with n and a 95%
-bootstrap interval, plus the tokens each condition used. The environment seed (2026) and the
-sizes below were fixed before any run of this script; the defaults are the issue's minimum
-(8 training, 8 validation, 16 test users, 4 cycles; a GEPA cycle is one of its iterations, and
-its budget of episodes can give more of them).
+numbers reported are on the test users, paired with `none` (same users), each with n, the t
+95% interval, the sign-flip p and users up / tied / down (`core.stats.Paired`), plus the tokens
+each condition used. Superseded by benchmarks/evidence.py (its measured result used scorer
+version 2, whose state query also read the raw buffer; see benchmarks/README.md). The
+environment seed (2026) and the sizes below were fixed before any run of this script; the
+defaults are the issue's minimum (8 training, 8 validation, 16 test users, 4 cycles; a GEPA
+cycle is one of its iterations, and its budget of episodes can give more of them).
 
 Models: assistant, simulated user and recall checker on the embedded 0.5B model, the optimizer on
 the embedded 1.5B model (as the quickstart, for the reasons in quickstart.yaml). Users run one at
@@ -108,10 +110,7 @@ def report(tracking_uri: str, experiment: str) -> dict[str, Any]:
                     }
                     for c in row.records
                 ],
-                "vs_none": {
-                    metric: {"diff": p.diff, "ci": p.ci, "n": p.n}
-                    for metric, p in row.vs_baseline.items()
-                },
+                "vs_none": {metric: p.to_dict() for metric, p in row.vs_baseline.items()},
             }
         )
     return {"table": result["table"], "rows": rows}

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from memloop.environment.episode import PeriodRecord, SessionLog
+from memloop.environment.episode import PeriodRecord, SessionLog, load_record
 from memloop.environment.procedural import generate_procedural
 from memloop.feedback.evaluate import run_evaluation
 from memloop.feedback.exposure import exposure_fields
@@ -65,10 +65,17 @@ def test_no_state_query_carries_the_users_raw_words(tmp_path):
         assert [m["role"] for m in body["messages"]] == ["system", "user"]
     # multiple choice keeps the paper's full context: the raw recent turns are there
     assert any(any(words in _text(b) for words in said) for b in choices)
+    # AWI(2,4) hands the oldest 2 messages to the writer once 6 wait: after n messages (n even)
+    # min(n, 4) are unwritten; the probe records exactly that
+    total = 0
+    for path in sorted((tmp_path / "out" / "episodes").glob("*/period_*/record.json")):
+        record = load_record(path)
+        total += sum(len(s.messages) for s in record.sessions)
+        assert record.probes["unwritten_messages"] == min(total, 4)
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    # nothing was written, so every pair whose value was revealed was raw only or never revealed
-    assert metrics["factual_recall_ceiling"] is not None
-    assert metrics["state_raw_only_share"] > 0
+    records = [load_record(p) for p in (tmp_path / "out" / "episodes").glob("*/*/record.json")]
+    assert {k: metrics[k] for k in exposure_fields(records)} == exposure_fields(records)
+    assert 0 < metrics["state_raw_only_share"] < 1
 
 
 def _question(period, values):

@@ -202,3 +202,22 @@ def test_embedder_is_loaded_once(client, tmp_path):
     assert a.embedder.model is b.embedder.model and a.embedder.dims == 384
     for p in (a, b):
         p.close()
+
+
+@pytest.mark.parametrize("config_type", [RAGConfig, AWEConfig])
+def test_a_memory_only_answer_leaves_the_raw_buffer_out(fake, client, tmp_path, config_type):
+    policy = build_policy(config_type(update_freq=2, short_term_len=2, top_k=5), client, tmp_path)
+    policy.respond("I live in Lisbon, near the river.")
+    policy.respond("I work as a nurse on night shifts.")  # the newest turn, still raw
+    assert policy.unwritten_messages() == 2
+    policy.answer("Where do I live?")
+    full = fake.script.requests("chat")[-1]["messages"]
+    policy.answer("Where do I live?", memory_only=True)
+    isolated = fake.script.requests("chat")[-1]["messages"]
+    assert [m["content"] for m in full[1:3]] == [
+        "I work as a nurse on night shifts.",
+        full[2]["content"],
+    ]
+    assert [m["role"] for m in isolated] == ["system", "user"]
+    assert not any("night shifts" in m["content"] for m in isolated)
+    policy.close()

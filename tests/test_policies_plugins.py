@@ -234,6 +234,12 @@ def test_policy_check_names_a_broken_promise_in_one_line(tmp_path, endpoint, cap
             {"plug.py": "class Half:\n    name = 'half'\n    def respond(self, m): return m\n"},
             "Half does not meet the Policy contract: it has no ingest, answer",
         ),
+        (
+            # the contract before scorer version 3: no written-memory-only state query
+            "type: plug.py:Diary\n",
+            {"plug.py": OUTSIDE.replace("schema=None, memory_only=False", "schema=None")},
+            "Diary does not meet the Policy contract: it has no answer(memory_only=...)",
+        ),
     ],
 )
 def test_bad_plugins_are_one_line_exit_2_and_write_nothing(

@@ -92,10 +92,10 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
         chosen = max(range(len(val)), key=lambda k: (val[k], -k))
         assert run.data.tags["memloop.selection"] == f"cycle {chosen}: best val_state_accuracy"
         for split in ("train", "val", "test"):
-            for key in ("factual_recall", "overall"):
+            for key in ("state_accuracy", "overall"):
                 steps = [m.step for m in mlc.get_metric_history(rid, f"{split}_{key}")]
                 assert steps == [0, 1], (split, key)
-        assert run.data.params["scorer_version"] == "2"
+        assert run.data.params["scorer_version"] == "3"
         assert run.data.params["splits.test_users"] == "1"
         artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
         assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}

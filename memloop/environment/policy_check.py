@@ -54,8 +54,24 @@ UNKNOWN_PROMPT = "no_such_prompt_name"
 
 
 def missing_members(cls: type) -> list[str]:
-    """The Policy contract's methods a class lacks (its instances set `name` themselves)."""
-    return [m for m in POLICY_MEMBERS if m != "name" and not callable(getattr(cls, m, None))]
+    """The Policy contract's methods a class lacks (its instances set `name` themselves).
+
+    An `answer` that takes no `memory_only` keyword (the contract before scorer version 3) is
+    named as `answer(memory_only=...)`: the state queries need it.
+    """
+    import inspect
+
+    missing = [m for m in POLICY_MEMBERS if m != "name" and not callable(getattr(cls, m, None))]
+    answer = getattr(cls, "answer", None)
+    if callable(answer):
+        try:
+            params = inspect.signature(answer).parameters
+        except (TypeError, ValueError):  # no signature to read (a builtin): let the call tell
+            return missing
+        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        if "memory_only" not in params and not takes_kwargs:
+            missing.append("answer(memory_only=...)")
+    return missing
 
 
 class PolicyCheckError(ContractError):

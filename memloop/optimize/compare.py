@@ -447,11 +447,20 @@ def format_rows(rows: list[RunRow]) -> str:
     old = sorted({r.scorer_version for r in rows if r.scorer_version != SCORER_VERSION})
     for version in old:
         names = ", ".join(r.name for r in rows if r.scorer_version == version)
+        what = OLD_SCORERS.get(version, "other definitions")
         lines.append(
-            f"scored with the older scorer version {version} (now {SCORER_VERSION}; no state "
-            f"accuracy or no-memory control, another memory score): {names}"
+            f"scored with the older scorer version {version} (now {SCORER_VERSION}; {what}): "
+            f"{names}"
         )
     return "\n".join(lines)
+
+
+# what an older scorer version's numbers lack or measure differently
+OLD_SCORERS = {
+    "1": "no state accuracy or no-memory control, another memory score",
+    "2": "its state query also read messages not yet written; recall neither capped by what "
+    "memory could hold nor withheld for an uncalibrated checker",
+}
 
 
 def format_repeats(summaries: list[RepeatSummary]) -> list[str]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from memloop.core.files import safe_name
 from memloop.environment.episode import EpisodeRunner, PeriodRecord
 from memloop.environment.simulator import UserSimulator
+from memloop.feedback.calibration import checker_calibration
 from memloop.feedback.probes import Prober
 from memloop.feedback.report import collect, period_metrics
 from memloop.feedback.summary import budgeted_summary
@@ -62,6 +63,8 @@ class PeriodSearch:
                     periods=n_periods,
                 )
             )
+        # the training users' recall is gated like every evaluation's (val/test run through it)
+        self._calibration = checker_calibration(items, ctx.clients.checker)
         history: list[PeriodRecord] = []
         prompts = ctx.initial_prompts
         try:
@@ -96,7 +99,7 @@ class PeriodSearch:
         from memloop.optimize.context import split_results, usage_tokens
 
         started = time.perf_counter()
-        train = period_metrics(history, p)
+        train = period_metrics(history, p, self._calibration)
         questions, _ = collect(history)
         updates = {
             it.id: {v: it.state_at(p)[v] for e in it.exposed_values(p) for v in e}

@@ -83,6 +83,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     print(result["table"])
     print()
     print(result["diff"])
+    print()
+    print(detectable_line(result["rows"]))
     print(f"\nplot: {plot}")
     print(f"MLflow: {config.tracking_uri} (browse with `memloop ui`)")
     cache = clients.agent.cache
@@ -90,6 +92,43 @@ def run_quickstart(args: argparse.Namespace) -> int:
         print(f"model responses this run: {cache.stores} new, {cache.hits} from the response cache")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def detectable_line(rows) -> str:
+    """What this many test users could detect: the minimum detectable effect at 80% power.
+
+    From the spread of the per-user state-accuracy differences between the evolved run and the
+    baseline; when they do not vary (the same prompt, or no change), from sqrt(2) x the spread of
+    the baseline's per-user state accuracy (the SD of a difference of two independent arms with
+    that spread: a planning guess, said so).
+    """
+    import math
+    import statistics
+
+    from memloop.core.stats import detectable_effect
+
+    shown = [r for r in rows if r.baseline is not None and r is not r.baseline]
+    if not shown:
+        return "detectable effect: no run paired with a baseline"
+    row = shown[-1]
+    mine = row.per_user.get("state_accuracy", {})
+    base = row.baseline.per_user.get("state_accuracy", {}) if row.baseline else {}
+    users = sorted(set(mine) & set(base))
+    if len(users) < 2:
+        return f"detectable effect: {len(users)} paired test user(s), too few for a t test"
+    diffs = [mine[u] - base[u] for u in users]
+    spread, source = statistics.stdev(diffs), "paired differences"
+    if spread == 0:
+        spread = math.sqrt(2) * statistics.stdev(base[u] for u in users)
+        source = "no difference varied: sqrt(2) x the baseline's SD, a planning guess"
+    if spread == 0:
+        return f"detectable effect: no spread across the {len(users)} test users to plan from"
+    effect = detectable_effect(len(users), spread)
+    return (
+        f"detectable effect: with {len(users)} test users and a per-user SD of {spread:.3f} "
+        f"({source}), a state-accuracy difference below {effect:.2f} is not detectable at 80% "
+        "power (two-sided 0.05): `memloop power --sd SD --effect E` gives the users E needs"
+    )
 
 
 def per_cycle_table(rows) -> str:
