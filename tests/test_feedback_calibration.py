@@ -107,14 +107,17 @@ def test_documents_hold_known_truths_in_the_policies_renderings():
     assert len(docs) == CALIBRATION_DOCUMENTS
     assert [d.user_id for d in docs] == sorted(it.id for it in items)
     assert [d.style for d in docs] == ["awi", "external", "awi", "external"]
-    schema = {it.id: it.state_schema for it in items}
+    schema: dict = {}  # every user's variables together
+    for it in sorted(items, key=lambda it: it.id):
+        for v, values in it.state_schema.items():
+            schema.setdefault(v, values)
     kinds = {"present": 0, "contradicting": 0, "absent": 0}
     for d in docs:
-        assert {c.variable for c in d.claims} <= set(schema[d.user_id])
+        assert {c.variable for c in d.claims} <= set(schema)
         assert len({c.variable for c in d.claims}) == len(d.claims)
         for c in d.claims:
             kinds[c.kind] += 1
-            assert c.value in schema[d.user_id][c.variable]
+            assert c.value in schema[c.variable]
             assert c.truth == (c.kind == "present")
             if c.kind == "absent":
                 assert c.variable not in d.facts
@@ -127,8 +130,8 @@ def test_documents_hold_known_truths_in_the_policies_renderings():
         else:
             assert lines[0] == f"Stored memories ({len(d.facts)}):"
             assert len(lines) == len(d.facts) + 1 and all(x.startswith("- ") for x in lines[1:])
-    # 4 variables per user: the kinds rotate over the documents
-    assert kinds == {"present": 6, "contradicting": 5, "absent": 5}
+    # 6 claims per document from the users' variables together: each kind twice per document
+    assert kinds == {"present": 8, "contradicting": 8, "absent": 8}
     # one user: the documents cycle over it with other pairs
     one = calibration_documents(items_4x4(users=1))
     assert len(one) == CALIBRATION_DOCUMENTS
@@ -260,7 +263,7 @@ def test_a_checker_wrong_on_some_claims_has_exact_rates(tmp_path, lie_on, style)
     assert cal is not None
     n_negative = total["contradicting"] + total["absent"]
     fp = (wrong["contradicting"] + wrong["absent"]) / n_negative
-    assert cal["n_negative"] == n_negative == 10 and cal["n_positive"] == total["present"] == 6
+    assert cal["n_negative"] == n_negative == 16 and cal["n_positive"] == total["present"] == 8
     assert cal["false_positive_rate"] == pytest.approx(fp)
     assert cal["false_negative_rate"] == pytest.approx(wrong["present"] / total["present"])
     assert 0 < cal["false_positive_rate"] + cal["false_negative_rate"]

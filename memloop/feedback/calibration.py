@@ -77,21 +77,26 @@ def calibration_documents(
 ) -> list[CalibrationDocument]:
     """Up to `documents` documents with up to `claims` claims each, from the users' state schemas.
 
-    Document d is built from the d-th user in id order (cycling when there are fewer users, with
-    the roles shifted so a repeated user gives other pairs): its first `claims` variables (sorted,
-    rotated by d) take the kinds present, contradicting, absent in turn (starting at kind d mod
-    3). A document holds its present and contradicting variables; every value is picked by
-    position (no randomness). A variable with a single value cannot be contradicted: it is absent.
+    The variables are those of every user's schema together (the first user in id order that
+    has a variable gives its values), so an environment whose users each have few variables
+    still gives full documents. Document d is attached to the d-th user in id order (cycling)
+    and takes `claims` variables (sorted, starting at d x `claims`, wrapping around); they take
+    the kinds present, contradicting, absent in turn (starting at kind d mod 3). A document holds
+    its present and contradicting variables; every value is picked by position (no randomness).
+    A variable with a single value cannot be contradicted: it is absent.
     """
     users = sorted((it for it in items if it.state_schema), key=lambda it: it.id)
+    schema: dict[str, list[str]] = {}
+    for it in users:
+        for variable, values in it.state_schema.items():
+            if values and variable not in schema:
+                schema[variable] = list(values)
+    all_names = sorted(schema)
     out: list[CalibrationDocument] = []
-    for d in range(documents if users else 0):
+    for d in range(documents if all_names else 0):
         item = users[d % len(users)]
-        schema = {v: list(values) for v, values in item.state_schema.items() if values}
-        names = sorted(schema)
-        if not names:
-            continue
-        names = (names[d % len(names) :] + names[: d % len(names)])[:claims]
+        start = (d * claims) % len(all_names)
+        names = (all_names[start:] + all_names[:start])[: min(claims, len(all_names))]
         facts: dict[str, str] = {}
         made: list[CalibrationClaim] = []
         for i, variable in enumerate(names):
