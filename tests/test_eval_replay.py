@@ -27,13 +27,18 @@ def fake():
         yield server
 
 
-@pytest.fixture
-def recorded(tmp_path, fake):
+def eval_files(tmp_path, fake) -> tuple[Path, list[str]]:
+    """A 2-user environment and the eval arguments naming it, the fake endpoint and a cache."""
     env = tmp_path / "env.json"
     save_items(generate_procedural(users=2, periods=1, questions=1, seed=3), env)
     endpoint = tmp_path / "fake.yaml"
     endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\n")
-    base = ["--env", str(env), "--endpoint", str(endpoint), "--cache", str(tmp_path / "c.db")]
+    return env, ["--env", str(env), "--endpoint", str(endpoint), "--cache", str(tmp_path / "c.db")]
+
+
+@pytest.fixture
+def recorded(tmp_path, fake):
+    env, base = eval_files(tmp_path, fake)
     out = tmp_path / "onpolicy"
     before = len(fake.requests)
     assert main(["eval", *base, "--policy", str(POLICIES / "native.yaml"), "--out", str(out)]) == 0
@@ -102,11 +107,7 @@ def test_replay_into_its_own_folder_is_refused(recorded, capsys):
 
 
 def test_record_only_records_conversations_and_nothing_else(tmp_path, fake):
-    env = tmp_path / "env.json"
-    save_items(generate_procedural(users=2, periods=1, questions=1, seed=3), env)
-    endpoint = tmp_path / "fake.yaml"
-    endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\n")
-    base = ["--env", str(env), "--endpoint", str(endpoint), "--cache", str(tmp_path / "c.db")]
+    _, base = eval_files(tmp_path, fake)
     base += ["--rounds-update", "1"]  # scripted sessions: the user's turns are the environment's
     awi = tmp_path / "awi.yaml"
     awi.write_text("type: awi\nupdate_freq: 2\nshort_term_len: 0\nreply_memory: false\n")
