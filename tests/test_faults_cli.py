@@ -393,3 +393,104 @@ def test_eval_refuses_counts_out_of_range(shared, tmp_path, capsys, option, valu
     assert main(eval_argv(shared, out, option, value)) == 2
     one_error_line(capsys, f"{option} must be at least 1", f"got {value}")
     assert not out.exists()
+
+
+# -- 9. --force deletes only memloop's own eval run -------------------------------------------
+
+
+def listing(folder: Path) -> dict[str, bytes | None]:
+    """Every file and folder under `folder`, with the files' bytes."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+NOT_MEMLOOPS = {
+    "no-spec": None,
+    "other-json": '{"name": "my own notes", "components": "none"}',
+    "no-scorer-version": '{"components": {"command": "eval"}}',
+    "not-json": "spec: yes\n",
+}
+
+
+@pytest.mark.parametrize("spec", list(NOT_MEMLOOPS), ids=list(NOT_MEMLOOPS))
+@pytest.mark.parametrize("force", [True, False], ids=["force", "no-force"])
+def test_force_never_deletes_files_memloop_did_not_write(
+    shared, tmp_path, capsys, server, spec, force
+):
+    out = tmp_path / "mine"
+    (out / "episodes" / "alice").mkdir(parents=True)
+    (out / "episodes" / "alice" / "notes.txt").write_text("my own work\n")
+    (out / "metrics.json").write_text('{"mine": 1}\n')
+    (out / "records.jsonl").write_text("{}\n")
+    if NOT_MEMLOOPS[spec] is not None:
+        (out / "spec.json").write_text(NOT_MEMLOOPS[spec])
+    before = listing(out)
+    sent = len(server.requests)
+    assert main(eval_argv(shared, out, *(["--force"] if force else []))) == 2
+    line = one_error_line(capsys)
+    if spec == "no-spec":
+        assert line == (
+            f"memloop: error: --out {out}: holds files memloop did not write (no spec.json); "
+            "choose another --out or remove them yourself"
+        )
+    else:
+        assert line.startswith(
+            f"memloop: error: --out {out}: holds files memloop did not write (spec.json "
+        ), line
+        assert line.endswith("); choose another --out or remove them yourself"), line
+    assert listing(out) == before  # nothing deleted, nothing written (not even a lock file)
+    assert len(server.requests) == sent
+
+
+def test_force_still_starts_over_on_memloops_own_run(shared, finished_run, tmp_path):
+    out, user = cut_short(finished_run, tmp_path)
+    (user / "period_00" / "record.json").write_text("{cut")
+    (out / "my-notes.txt").write_text("kept\n")
+    assert main([*eval_argv(shared, out), "--force"]) == 0
+    assert (out / "metrics.json").is_file()
+    assert (out / "my-notes.txt").read_text() == "kept\n"  # not a run file: left alone
+
+
+# -- 10. compare and ui only read a tracking store: a missing one is refused, never created ------
+
+
+@pytest.mark.parametrize(
+    "uri,named",
+    [
+        ("sqlite:///{tmp}/mlruns/mlflow.db", "{tmp}/mlruns/mlflow.db"),  # folder missing too
+        ("sqlite:///{tmp}/mlflow.db", "{tmp}/mlflow.db"),  # folder there, file missing
+        ("{tmp}/mlruns", "{tmp}/mlruns"),  # a file store's folder
+        ("file://{tmp}/mlruns", "{tmp}/mlruns"),
+        (None, "mlruns/mlflow.db"),  # the default, relative to the working folder
+    ],
+    ids=["sqlite-no-folder", "sqlite-no-file", "folder", "file-uri", "default"],
+)
+@pytest.mark.parametrize("command", ["compare", "ui"])
+def test_reading_a_missing_tracking_store_creates_nothing(
+    tmp_path, capsys, monkeypatch, no_exec, uri, named, command
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("x")
+    argv = ["compare", "--experiment", "x"] if command == "compare" else ["ui", "--port", "5999"]
+    if uri is not None:
+        argv += ["--tracking-uri", uri.format(tmp=tmp_path)]
+    before = listing(tmp_path)
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert line == (
+        f"memloop: error: no MLflow store at {named.format(tmp=tmp_path)}: run memloop evolve "
+        "first (or give --tracking-uri)"
+    )
+    assert capsys.readouterr().out == ""
+    assert listing(tmp_path) == before  # no mlruns/, no mlflow.db, no lock file
+
+
+def test_compare_on_an_empty_sqlite_file_leaves_it_empty(tmp_path, capsys):
+    db = tmp_path / "mlflow.db"
+    db.touch()
+    argv = ["compare", "--experiment", "x", "--tracking-uri", f"sqlite:///{db}"]
+    assert main(argv) == 2
+    one_error_line(capsys, f"no MLflow store at {db}: run memloop evolve first")
+    assert listing(tmp_path) == {"mlflow.db": b""}

@@ -284,7 +284,7 @@ _ROW_FIELD = {
 
 
 def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") -> list[RunRow]:
-    mlc = tracking.client(tracking_uri)
+    mlc = tracking.client(tracking_uri, create=False)  # read only: never a new store
     exp = mlc.get_experiment_by_name(experiment)
     if exp is None:
         names = ", ".join(e.name for e in mlc.search_experiments()) or "none yet"
@@ -523,7 +523,7 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
         row = chosen[0]
     else:
         row = max(candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
-    mlc = tracking.client(tracking_uri)
+    mlc = tracking.client(tracking_uri, create=False)  # read only: never a new store
 
     def prompts(cycle: int) -> dict[str, str]:
         return json.loads(_download_text(mlc, row.run_id, f"prompts/cycle_{cycle:02d}.json"))

@@ -9,6 +9,7 @@ the best one.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
@@ -31,13 +32,51 @@ def _mlflow():
     return mlflow
 
 
-def check_store(tracking_uri: str) -> None:
+def local_store(tracking_uri: str) -> Path | None:
+    """The file (sqlite) or folder (file store) a local tracking URI names; None for a server.
+
+    Creates nothing.
+    """
+    from urllib.parse import unquote, urlparse
+
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri[len("sqlite:///") :])
+    if tracking_uri.startswith("file:"):
+        return Path(unquote(urlparse(tracking_uri).path))
+    if "://" in tracking_uri or tracking_uri.startswith(("databricks", "sqlite:")):
+        return None  # a server, a database server or an in-memory store: MLflow's business
+    return Path(tracking_uri)  # a plain path is a file store
+
+
+def require_store(tracking_uri: str) -> None:
+    """Refuse, in one line, a local store that does not exist: reading one never creates it.
+
+    A missing (or empty) sqlite file and a missing file-store folder are refused; nothing is
+    created, not even a folder.
+    """
+    path = local_store(tracking_uri)
+    if path is None:
+        return
+    missing = not path.exists()
+    if not missing and tracking_uri.startswith("sqlite:") and path.is_file():
+        missing = path.stat().st_size == 0  # an empty file is no store (MLflow would fill it)
+    if missing:
+        raise UserError(
+            f"no MLflow store at {path}: run memloop evolve first (or give --tracking-uri)"
+        )
+
+
+def check_store(tracking_uri: str, *, create: bool = False) -> None:
     """Refuse, in one line naming the file, a sqlite store that cannot be an MLflow database.
 
-    Creates the folder of a sqlite store; other URIs are left to MLflow.
+    Read-only by default: a missing local store is refused (`require_store`) and nothing is
+    created. With `create`, the folder of a sqlite store is created (the store itself is MLflow's
+    to create); other URIs are left to MLflow.
     """
+    if not create:
+        require_store(tracking_uri)
     try:
-        db = sqlite_file(tracking_uri)
+        db = sqlite_file(tracking_uri)  # an existing store's folder exists: nothing is created
     except OSError as exc:
         raise UserError(
             f"{tracking_uri}: cannot create the folder of this tracking database "
@@ -53,13 +92,15 @@ def check_store(tracking_uri: str) -> None:
         )
 
 
-def client(tracking_uri: str):
+def client(tracking_uri: str, *, create: bool = True):
     """An MlflowClient on `tracking_uri`; creates the folder of a sqlite store.
 
     The store is opened (and a new sqlite store's schema created) under the store's file lock:
     two processes starting on a fresh store would otherwise both run MLflow's migrations.
+    With `create=False` (commands that only read: compare) a store that does not exist yet is
+    refused in one line and nothing is created.
     """
-    check_store(tracking_uri)
+    check_store(tracking_uri, create=create)
     mlflow = _mlflow()
     mlflow.set_tracking_uri(tracking_uri)  # the prompt registry API reads the global URI
     with store_lock(tracking_uri):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--force",
         action="store_true",
         help="start over in the --out folder: its run's checkpoints and results are deleted "
-        "(needed when it holds a run with other settings or damaged checkpoints)",
+        "(needed when it holds a run with other settings or damaged checkpoints); a folder "
+        "without memloop eval's spec.json is refused, never emptied",
     )
     p.add_argument(
         "--replay",
@@ -146,15 +148,16 @@ def run_eval(args: argparse.Namespace) -> int:
         replay=str(replay_from) if replay_from else None,
         record_only=bool(args.record_only),
     )
-    if not args.force:
-        same_run_or_refuse(out, spec, force=False)  # before anything is written
+    same_run_or_refuse(out, spec, force=args.force)  # before anything is written
     folder = contextlib.ExitStack()
     try:
         folder.enter_context(run_folder_lock(out, "memloop eval"))
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write there ({exc.strerror})") from None
     with folder:  # a second live eval in this folder is refused until this one ends
-        same_run_or_refuse(out, spec, force=args.force)
+        same_run_or_refuse(out, spec, force=args.force)  # again, now that no other eval can write
+        if args.force:
+            _delete_run_files(out)
         atomic_write_json(out / "spec.json", spec, indent=2)
         sim_config = SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update)
         if args.record_only:
@@ -210,31 +213,26 @@ RUN_FILES = ("spec.json", "metrics.json", "records.jsonl", "per_period.png", "ep
 
 
 def same_run_or_refuse(out: Path, spec: dict, *, force: bool) -> None:
-    """Resume only the same work.
+    """Resume only the same work; start over (`force`) only on memloop's own eval run.
 
-    An --out folder holding a run with other settings is refused in one line naming what differs,
-    before anything is written; `force` deletes the run's files first (whatever they hold).
+    Refused in one line, before anything is written or deleted: run files beside no spec.json or
+    beside a spec.json memloop eval did not write (neither resumed nor deleted by --force), and,
+    without `force`, a run with other settings (naming what differs). With `force` the caller then
+    deletes the run's files (damaged checkpoints included).
     """
-    import json
-
     from memloop.core.errors import UserError
 
     path = out / "spec.json"
-    if force:  # start over, whatever the folder holds (other settings, damaged checkpoints)
-        _delete_run_files(out)
-        return
     if not path.is_file():
-        if out.is_dir() and (out / "episodes").exists():
+        if any((out / name).exists() for name in RUN_FILES):
             raise UserError(
-                f"--out {out}: holds checkpoints but no spec.json (not a memloop eval folder, or "
-                "one cut short): choose another --out, or --force to start over"
+                f"--out {out}: holds files memloop did not write (no spec.json); "
+                "choose another --out or remove them yourself"
             )
         return
-    try:
-        old = json.loads(path.read_text())
-        before = {**old["components"], "scorer_version": old.get("scorer_version")}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{path}: unreadable run spec ({exc}); choose another --out") from None
+    before = _eval_spec(path)
+    if force:
+        return
     now = {**spec["components"], "scorer_version": spec["scorer_version"]}
     differs = [k for k in (*IDENTITY, "scorer_version") if before.get(k) != now.get(k)]
     if differs:
@@ -242,6 +240,34 @@ def same_run_or_refuse(out: Path, spec: dict, *, force: bool) -> None:
             f"--out {out}: holds a run with other settings (changed: {', '.join(differs)}); "
             "choose another --out, or --force to start over there"
         )
+
+
+def _eval_spec(path: Path) -> dict[str, Any]:
+    """The identity a memloop eval recorded in `path` (its components and scorer version).
+
+    Anything else (unreadable, not JSON, not the structure memloop eval writes) is refused in one
+    line: the folder is not memloop's to resume or to delete.
+    """
+    import json
+
+    from memloop.core.errors import UserError
+
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        problem = f"{path.name} is unreadable: {exc}"
+    else:
+        if (
+            isinstance(old, dict)
+            and isinstance(old.get("components"), dict)
+            and "scorer_version" in old
+        ):
+            return {**old["components"], "scorer_version": old["scorer_version"]}
+        problem = f"{path.name} has no components and scorer_version: not memloop eval's"
+    raise UserError(
+        f"--out {path.parent}: holds files memloop did not write ({problem}); "
+        "choose another --out or remove them yourself"
+    )
 
 
 def _delete_run_files(out: Path) -> None:

@@ -67,7 +67,12 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         help="the condition every other run is paired with on the same users: a run name or id, "
         "an evolver, or 'feedback/evolver' (default: the run without evolution)",
     )
-    cmp.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
+    cmp.add_argument(
+        "--tracking-uri",
+        default="sqlite:///mlruns/mlflow.db",
+        help="the MLflow store evolve logged to (default: %(default)s); it is only read: a "
+        "store that does not exist is refused, never created",
+    )
     cmp.add_argument(
         "--plot",
         metavar="PNG",
