@@ -56,12 +56,13 @@ def write_config(root: Path, **over) -> Path:
     return path
 
 
-def tune(root: Path, fake: FakeOpenAIServer, **over):
+def tune(root: Path, fake: FakeOpenAIServer, *, builder=None, cache=None, **over):
     from memloop.optimize.tune import run_tune
 
     config = load_config(write_config(root, **over), TuneConfig)
-    roles = fake_roles(fake.base_url, root / "c.sqlite")
-    return config, run_tune(config, progress=False, clients=roles, builder=scripted_builder())
+    roles = fake_roles(fake.base_url, cache or root / "c.sqlite")
+    builder = builder or scripted_builder()
+    return config, run_tune(config, progress=False, clients=roles, builder=builder)
 
 
 def settings(study) -> list[tuple]:
@@ -331,3 +332,116 @@ def test_a_trial_failed_before_all_its_params_were_drawn_leaves_the_grid_whole(t
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == grid - 1  # every setting but the failed one
     assert len({tuple(sorted(t.params.items())) for t in study.trials}) == grid
+
+
+def graded_builder(stop_in: int = 0):
+    """scripted_builder whose multiple-choice option depends on the trial's setting, so the
+    settings score differently; with `stop_in` = n, the n-th setting it sees raises
+    KeyboardInterrupt (Ctrl-C) in its second user's conversation, after the first user's
+    episodes are done."""
+    from memloop.testing.policies import ScriptedPolicy
+
+    seen: list[tuple] = []
+    built: dict[tuple, int] = {}
+
+    def build(config, client, workdir, prompts=None):
+        key = (config.update_freq, config.short_term_len, config.top_k)
+        if key not in seen:
+            seen.append(key)
+        built[key] = built.get(key, 0) + 1
+        policy = ScriptedPolicy(choice=1 + (key[1] // 4 + key[2] // 10) % 3)
+        if seen.index(key) + 1 == stop_in and built[key] == 2:
+
+            def ctrl_c(message):
+                raise KeyboardInterrupt
+
+            policy.respond = ctrl_c  # type: ignore[method-assign]
+        return policy
+
+    build.built = built  # type: ignore[attr-defined]
+    return build
+
+
+def test_a_trial_stopped_by_ctrl_c_is_run_again_and_the_result_is_an_uninterrupted_runs(
+    tmp_path,
+):
+    """Ctrl-C in the 2nd trial: the trial is FAIL, but the next run reruns its setting (it was
+    never drawn again, and a later run called the grid exhausted with 3 of 4 settings done); the
+    grid is exhausted only when all 4 are complete, and the best trial, the values and the test
+    result are those of an uninterrupted run on the same cache."""
+    from memloop.optimize.tune import format_outcome
+
+    grid = {"update_freq": [2], "short_term_len": [0, 4], "top_k": [10, 30]}
+    cache = tmp_path / "c.sqlite"
+
+    def by_setting(config):
+        study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+        done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        return study, {tuple(sorted(t.params.items())): t.values for t in done}
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, plain = tune(
+            tmp_path / "plain", fake, builder=graded_builder(), cache=cache, trials=4, **grid
+        )
+        with pytest.raises(KeyboardInterrupt):
+            tune(
+                tmp_path / "b",
+                fake,
+                builder=graded_builder(stop_in=2),
+                cache=cache,
+                trials=4,
+                **grid,
+            )
+        config_b = load_config(tmp_path / "b" / "tune.yaml", TuneConfig)
+        study, _ = by_setting(config_b)
+        assert [t.state for t in study.trials] == [
+            optuna.trial.TrialState.COMPLETE,
+            optuna.trial.TrialState.FAIL,
+        ]
+        stopped = study.trials[1].params
+        # the stopped trial's first user was done and checkpointed
+        folder = tmp_path / "b" / "tune" / "val" / "awe-{update_freq}-{short_term_len}-{top_k}"
+        folder = Path(str(folder).format(**stopped))
+
+        def files():
+            return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+        checkpointed = files()
+        assert len({p.relative_to(folder).parts[1] for p in checkpointed}) == 1
+        _, second = tune(
+            tmp_path / "b", fake, builder=graded_builder(), cache=cache, trials=1, **grid
+        )
+        # the rerun resumed them: the first user's checkpoints were not written again
+        assert checkpointed.items() <= files().items()
+        assert second.added == 1 and second.rerun == 1 and not second.exhausted
+        assert "exhausted" not in format_outcome(second)
+        assert "1 run again after a Ctrl-C" in format_outcome(second)
+        _, third = tune(
+            tmp_path / "b", fake, builder=graded_builder(), cache=cache, trials=4, **grid
+        )
+    assert plain.exhausted and third.exhausted and third.added == 2
+    assert "the grid is exhausted: every setting has a complete trial" in format_outcome(third)
+    study, values = by_setting(config_b)
+    states = [t.state for t in study.trials]
+    assert (
+        states
+        == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+        + [optuna.trial.TrialState.COMPLETE] * 3
+    )
+    # the setting stopped by Ctrl-C was run again (first, with the same params), once
+    assert study.trials[2].params == stopped
+    assert study.trials[2].user_attrs["memloop.rerun_of"] == 1
+    assert study.trials[1].system_attrs["memloop.interrupted"] is True
+    assert len(values) == 4 and len(settings(study)) == 5
+    # the same result as the uninterrupted run: values per setting, best params, test scores
+    _, plain_values = by_setting(config)
+    assert values == plain_values
+    assert len(set(v[0] for v in values.values())) > 1  # the settings do not all tie
+    drop = ("number",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in third.best] == [
+        {k: v for k, v in r.items() if k not in drop} for r in plain.best
+    ]
+    assert third.test is not None and plain.test is not None
+    assert {k: v for k, v in third.test.items() if k != "trial"} == {
+        k: v for k, v in plain.test.items() if k != "trial"
+    }

@@ -7,6 +7,8 @@
 - Several `memloop tune` processes may share one study (sqlite or any RDB storage): each trial
   sends a heartbeat, a trial whose process died is found by its silence (not "every RUNNING
   trial") and retried once by Optuna's RetryHeartbeatStaleTrialCallback.
+- A trial stopped by Ctrl-C is run again, with the same params, by the next invocation
+  (`requeue_interrupted`); the grid is "exhausted" only when every setting has a complete trial.
 - A rerun continues the search: the `grid` sampler (default) takes each setting once, skipping
   those any earlier run or other worker finished or is running; `tpe` is reseeded with the number
   of trials so far, so it does not replay its first suggestions.
@@ -18,11 +20,13 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256, sqlite_file, store_lock
 from memloop.core.tables import format_table
@@ -40,6 +44,8 @@ PARAMS = ("update_freq", "short_term_len", "top_k")
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
 TRIAL_METRICS = ("memory_score", "state_accuracy", "memory_gain", "overall", "factual_recall")
 IDENTITY_ATTR = "memloop.identity"
+INTERRUPTED_ATTR = "memloop.interrupted"  # system attribute of a trial stopped by Ctrl-C
+RERUN_ATTR = "memloop.rerun_of"  # user attribute: the number of the interrupted trial it reruns
 
 
 @dataclass
@@ -50,6 +56,7 @@ class TuneOutcome:
     best: list[dict[str, Any]]
     added: int
     retried: int = 0  # trials of dead workers retried
+    rerun: int = 0  # trials run again after a Ctrl-C
     test: dict[str, Any] | None = None  # the best trial on the test users
     pareto_plot: Path | None = None
     exhausted: bool = False
@@ -151,6 +158,57 @@ def open_study(config: TuneConfig, identity: dict[str, Any]):
     return study
 
 
+def requeue_interrupted(study) -> int:
+    """Enqueue again, with the same params, every setting whose trial a Ctrl-C stopped.
+
+    Optuna ends a trial whose objective raised KeyboardInterrupt (memloop's `Interrupted`, raised
+    when the interrupt flag is set, is one) as FAIL, like any failed trial, and the grid sampler
+    counts a failed trial as a tried setting: it never drew that setting again, and a rerun
+    called the grid exhausted without it. So the objective marks such a trial with the system
+    attribute `memloop.interrupted`, and each invocation starts by enqueueing the params of every
+    marked trial whose setting has no complete, running or waiting trial (the caller holds the
+    store lock: two workers starting together enqueue it once). Optuna runs waiting trials
+    before it samples new ones; the rerun (user attribute `memloop.rerun_of`) finds the
+    interrupted trial's finished episodes in its folder, which is named by its params, and
+    repeats none of them.
+    A trial that failed with an error is not rerun (it would fail again); a worker killed
+    outright leaves its trial RUNNING, for the heartbeat retry. Returns how many were enqueued.
+    """
+    import optuna
+
+    state = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    live = {
+        _setting(t.system_attrs.get("fixed_params", t.params))
+        for t in trials
+        if t.state in (state.COMPLETE, state.RUNNING, state.WAITING)
+    }
+    added = 0
+    for t in trials:
+        key = _setting(t.params)
+        if t.state == state.FAIL and t.system_attrs.get(INTERRUPTED_ATTR) and key not in live:
+            study.enqueue_trial(dict(t.params), user_attrs={RERUN_ATTR: t.number})
+            live.add(key)
+            added += 1
+    return added
+
+
+def _setting(params: dict[str, Any]) -> tuple:
+    return tuple(params.get(k) for k in PARAMS)
+
+
+def unfinished_settings(study, config: TuneConfig) -> list[tuple]:
+    """The grid's settings with no complete trial, in the config's order."""
+    import optuna
+
+    done = {
+        _setting(t.params)
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    }
+    grid = itertools.product(*(getattr(config, k) for k in PARAMS))
+    return [s for s in grid if s not in done]
+
+
 def _folder(params: dict[str, int]) -> str:
     return "awe-" + "-".join(str(params[k]) for k in PARAMS)
 
@@ -223,7 +281,10 @@ class Tuner:
         identity = self.identity()
         study = open_study(config, identity)
         default = {k: config.default_trial[k] for k in PARAMS}
-        study.enqueue_trial(default, skip_if_exists=True)  # the paper's default goes first
+        # under the lock: two workers starting together would both enqueue a trial
+        with store_lock(config.storage):
+            requeue_interrupted(study)  # a trial stopped by Ctrl-C first
+            study.enqueue_trial(default, skip_if_exists=True)  # then the paper's default
 
         mlc = tracking.client(config.tracking_uri)
         exp = tracking.experiment_id(mlc, config.experiment_name, config.tracking_uri)
@@ -254,7 +315,16 @@ class Tuner:
             tracking.finish_run(mlc, parent_id, "KILLED")
             raise
         outcome = summarize_study(study, config, self.added)
-        outcome.exhausted = config.sampler == "grid" and self.added < config.trials
+        if config.sampler == "grid":
+            # every setting has a complete trial; the sampler also stops when the rest failed
+            unfinished = unfinished_settings(study, config)
+            outcome.exhausted = not unfinished
+            if unfinished and self.added < config.trials:
+                outcome.notes.append(
+                    f"the grid sampler has no setting left to draw, but {len(unfinished)} "
+                    "setting(s) (update_freq, short_term_len, top_k) have no complete trial "
+                    "(failed, or running in another worker): " + ", ".join(map(str, unfinished))
+                )
         if outcome.best:
             outcome.test = self.test_best(outcome.best[0], mlc, parent_id)
         if config.minimize_tokens and outcome.trials:
@@ -265,6 +335,16 @@ class Tuner:
         return outcome
 
     def objective(self, trial, mlc, exp: str, parent_id: str, parent_key: str):
+        """The trial's objective; a Ctrl-C marks the trial for a rerun (`requeue_interrupted`)."""
+        try:
+            return self._objective(trial, mlc, exp, parent_id, parent_key)
+        except BaseException as e:
+            # the flag too: an interrupted worker thread's error may arrive wrapped in another
+            if isinstance(e, KeyboardInterrupt) or interrupt.interrupted():
+                trial.storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
+            raise
+
+    def _objective(self, trial, mlc, exp: str, parent_id: str, parent_key: str):
         config = self.config
         params = {
             "update_freq": trial.suggest_categorical("update_freq", config.update_freq),
@@ -379,13 +459,23 @@ def summarize_study(study, config: TuneConfig, added: int) -> TuneOutcome:
         }
         for t in done
     ]
-    best_numbers = {t.number for t in study.best_trials} if done else set()
-    best = sorted(
-        (r for r in rows if r["number"] in best_numbers),
-        key=lambda r: (-r["objective"], r["number"]),
-    )
+
+    default = tuple(config.default_trial[k] for k in PARAMS)
+
+    def rank(r: dict[str, Any]) -> tuple:
+        # ties go to the default setting, then the smallest, not to the earliest trial: the
+        # order of the trials (a rerun after Ctrl-C, other workers) does not change the best
+        setting = tuple(r[k] for k in PARAMS)
+        return (-r["objective"], setting != default, setting)
+
+    if len(study.directions) == 1:
+        best = sorted(rows, key=rank)[:1]
+    else:
+        best_numbers = {t.number for t in study.best_trials} if done else set()
+        best = sorted((r for r in rows if r["number"] in best_numbers), key=rank)
     retried = sum(1 for t in study.trials if Retry.retried_trial_number(t) is not None)
-    return TuneOutcome(config.study_name, config.storage, rows, best, added, retried)
+    rerun = sum(1 for t in done if RERUN_ATTR in t.user_attrs)
+    return TuneOutcome(config.study_name, config.storage, rows, best, added, retried, rerun)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -462,6 +552,8 @@ def format_outcome(outcome: TuneOutcome) -> str:
     )
     if outcome.retried:
         head += f", {outcome.retried} retried after their worker died"
+    if outcome.rerun:
+        head += f", {outcome.rerun} run again after a Ctrl-C"
     lines = [
         head,
         format_table(
@@ -482,7 +574,8 @@ def format_outcome(outcome: TuneOutcome) -> str:
         + (" (Pareto front: memory score vs tokens)" if len(best) > 1 else ""),
     ]
     if outcome.exhausted:
-        lines.append("the grid is exhausted: every setting has a finished trial")
+        lines.append("the grid is exhausted: every setting has a complete trial")
+    lines.extend(outcome.notes)
     if outcome.test is not None:
         t = outcome.test
         lines.append(
