@@ -179,32 +179,31 @@ def arm_configs(evolved: dict[str, str]) -> dict[str, tuple[Any, dict[str, str] 
     }
 
 
-def score_arm(items, config, prompts, client, recording: Path, out: Path, progress: bool):
-    """Per test user: state accuracy of `config` with `prompts` by replay of `recording`."""
-    from memloop.environment.episode import run_episodes
+def score_arm(items, config, prompts, client, recording: Path, out: Path):
+    """Per test user: state accuracy of `config` with `prompts` by replay of `recording`.
+
+    Also each user's share of state pairs raw only at probe time and final written memory.
+    """
+    from memloop.core.files import safe_name
+    from memloop.environment.episode import finished_records
     from memloop.feedback.exposure import exposure_fields
-    from memloop.feedback.probes import StateProber
-    from memloop.feedback.records import question_records
-    from memloop.feedback.scoring import state_accuracy
+    from memloop.optimize.replay_score import replay_screen
     from memloop.policies import build_policy
 
-    episodes = run_episodes(
+    screening = replay_screen(
         items,
         lambda uid, workdir, c: build_policy(config, c, workdir, prompts=prompts),
         client,
+        recording,
         out,
-        probe=StateProber(),
-        replay_from=recording,
-        max_users_in_parallel=1,
-        progress=progress,
+        parallel_users=1,
     )
-    by_user = {}
-    raw_only = []
-    for e in episodes:
-        questions = [q for r in e.records for q in question_records(r.probes)]
-        by_user[e.user_id] = state_accuracy(questions).accuracy
-        raw_only.append(exposure_fields(e.records)["state_raw_only_share"])
-    return by_user, raw_only, [e.records[-1].probes["memory_view"] for e in episodes]
+    raw_only, memories = [], []
+    for item in items:
+        records = finished_records(out / safe_name(item.id), item.num_periods)
+        raw_only.append(exposure_fields(records)["state_raw_only_share"])
+        memories.append(records[-1].probes["memory_view"])
+    return screening.by_user, raw_only, memories
 
 
 def paired_table(test: dict[str, dict[str, float]], same: dict[str, bool]) -> dict[str, Any]:
@@ -382,13 +381,7 @@ def main() -> int:
                 continue
             print(f"[{time.perf_counter() - started:.0f} s] scoring arm {arm}", flush=True)
             test[arm], raw_only[arm], memories[arm] = score_arm(
-                test_items,
-                cfg,
-                arm_prompts,
-                clients.agent,
-                recording,
-                out / "arms" / arm,
-                progress,
+                test_items, cfg, arm_prompts, clients.agent, recording, out / "arms" / arm
             )
 
     diffs = [test["evolved"][u] - test["seed"][u] for u in test["seed"]]

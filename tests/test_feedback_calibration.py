@@ -161,18 +161,23 @@ def test_the_checker_is_asked_as_recall_asks(tmp_path):
     assert keys == [{str(i) for i in range(1, len(k) + 1)} for k in keys]
 
 
+def scripted_evaluation(items, fake, tmp_path):
+    """An evaluation of ScriptedPolicy on `items` against the fake endpoint, into tmp_path/out."""
+    return run_evaluation(
+        items,
+        lambda uid, wd, c: ScriptedPolicy(),
+        tmp_path / "out",
+        agent_client=client(fake, tmp_path),
+        progress=False,
+    )
+
+
 def test_a_yes_saying_checker_nulls_recall_with_its_reason(tmp_path):
     items = generate_procedural(users=2, periods=1, questions=2, seed=11)
     n_negative = sum(not c.truth for d in calibration_documents(items) for c in d.claims)
     n_positive = sum(c.truth for d in calibration_documents(items) for c in d.claims)
     with FakeOpenAIServer(reply=yes_to_everything) as fake:
-        result = run_evaluation(
-            items,
-            lambda uid, wd, c: ScriptedPolicy(),
-            tmp_path / "out",
-            agent_client=client(fake, tmp_path),
-            progress=False,
-        )
+        result = scripted_evaluation(items, fake, tmp_path)
         assert result.new_requests == len(fake.requests)
     m = json.loads((tmp_path / "out" / "metrics.json").read_text())
     cal = m["checker_calibration"]
@@ -334,13 +339,7 @@ def test_groups_share_one_calibration(tmp_path):
 def test_period_metrics_follow_the_calibration(tmp_path):
     items = generate_procedural(users=1, periods=1, questions=2, seed=2)
     with FakeOpenAIServer(reply=yes_to_everything) as fake:
-        result = run_evaluation(
-            items,
-            lambda uid, wd, c: ScriptedPolicy(),
-            tmp_path / "out",
-            agent_client=client(fake, tmp_path),
-            progress=False,
-        )
+        result = scripted_evaluation(items, fake, tmp_path)
     history = [r for e in result.episodes for r in e.records]
     cal = result.metrics["checker_calibration"]
     kept = period_metrics(history, 1)

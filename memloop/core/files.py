@@ -99,12 +99,13 @@ def safe_name(text: str) -> str:
     return f"{cleaned[:80]}-{tag}"
 
 
-def sqlite_file(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (its folder created), else None."""
+def sqlite_file(uri: str, *, create_folder: bool = True) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None; `create_folder`: make its folder."""
     if not uri.startswith("sqlite:///"):
         return None
     path = Path(uri[len("sqlite:///") :])
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if create_folder:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 

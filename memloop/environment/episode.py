@@ -65,6 +65,11 @@ class EpisodeResult:
     usage: dict[str, dict[str, int]] | None = None  # this run's calls (not the resumed ones)
 
 
+def requests_sent(episodes: list[EpisodeResult]) -> int:
+    """Model requests these episodes sent in this run (0 when resumed or served from the cache)."""
+    return sum((e.usage or {}).get("total", {}).get("calls", 0) for e in episodes)
+
+
 def period_dir(user_dir: Path, period: int) -> Path:
     return user_dir / f"period_{period:02d}"
 

@@ -217,9 +217,7 @@ def checker_calibration(
     tracker = usage or UsageTracker()
     verdicts = ask_checker(items, docs, checker.fork(tracker))
     result = summarize(verdicts, checker.endpoint.model)
-    result["tokens"] = sum(
-        row["total_tokens"] for k, row in tracker.summary().items() if k != "total"
-    )
+    result["tokens"] = sum(tracker.tokens_by_component().values())
     return result
 
 

@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from memloop.environment.data import UserItem
-from memloop.environment.episode import EpisodeResult, PolicyFactory, run_episodes
+from memloop.environment.episode import (
+    EpisodeResult,
+    PolicyFactory,
+    requests_sent,
+    run_episodes,
+)
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.calibration import checker_calibration
 from memloop.feedback.probes import Prober
@@ -31,8 +36,7 @@ class EvaluationResult:
     @property
     def new_requests(self) -> int:
         """Model requests this run sent (0 when everything was resumed or cached)."""
-        episodes = sum(e.usage["total"]["calls"] for e in self.episodes if e.usage)
-        return episodes + self.calibration_requests
+        return requests_sent(self.episodes) + self.calibration_requests
 
 
 def calibrate(

@@ -31,6 +31,13 @@ from memloop.feedback.records import PeriodRecall, question_records
 Pair = tuple[str, str]  # (variable, value)
 
 
+def _by_user(period_records: Iterable[PeriodRecord]) -> dict[str, list[PeriodRecord]]:
+    by_user: dict[str, list[PeriodRecord]] = defaultdict(list)
+    for rec in period_records:
+        by_user[rec.user_id].append(rec)
+    return by_user
+
+
 def _user_exposures(
     records: list[PeriodRecord],
 ) -> tuple[dict[int, set[Pair]], dict[int, set[Pair]], dict[int, dict[str, str]]] | None:
@@ -66,14 +73,13 @@ def exposure_fields(
 ) -> dict[str, Any]:
     """`state_raw_only_share` (with its pair count) and `factual_recall_ceiling`.
 
-    Over every period, or only `period` (whose records are judged with the history before it:
-    pass every record up to it).
+    Over every period, or only `period` (judged with the history before it; later records are
+    left out).
     """
-    by_user: dict[str, list[PeriodRecord]] = defaultdict(list)
-    for rec in period_records:
-        by_user[rec.user_id].append(rec)
+    if period is not None:
+        period_records = [r for r in period_records if r.period <= period]
     pairs = raw_only = claims = reachable = 0
-    for records in by_user.values():
+    for records in _by_user(period_records).values():
         exposures = _user_exposures(records)
         if exposures is None:
             return {
@@ -111,11 +117,8 @@ def cap_recalls(period_records: Iterable[PeriodRecord], recalls: list[PeriodReca
     recall never exceeds `factual_recall_ceiling`. Users whose records lack the unwritten count
     are left as judged.
     """
-    by_user: dict[str, list[PeriodRecord]] = defaultdict(list)
-    for rec in period_records:
-        by_user[rec.user_id].append(rec)
     writable = {}
-    for uid, records in by_user.items():
+    for uid, records in _by_user(period_records).items():
         exposures = _user_exposures(records)
         if exposures is not None:
             writable[uid] = exposures[1]

@@ -99,7 +99,7 @@ def build_metrics(
                 **score_fields(s),
                 "factual_recall": factual_recall(mine),
                 "factual_recall_per_period": period_factual_recall(mine),
-                **exposure_fields([r for r in period_records if r.period <= p], p),
+                **exposure_fields(period_records, p),
             }
         )
     metrics = {
@@ -204,7 +204,7 @@ def period_metrics(
         **score_fields(s),
         "factual_recall": factual_recall(mine_recalls),
         "factual_recall_per_period": period_factual_recall(mine_recalls),
-        **exposure_fields([rec for rec in history if rec.period <= period], period),
+        **exposure_fields(history, period),
         "per_user": _per_user(mine, mine_recalls, lookup),
         "usage": dict(sorted(usage.items())),
     }

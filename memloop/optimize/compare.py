@@ -113,15 +113,19 @@ def run_records(mlc, run_id: str) -> list[CycleRecord]:
     return [CycleRecord.from_json(_download_text(mlc, run_id, p)) for p in paths]
 
 
+def logged_prompts(mlc, run_id: str, cycle: int) -> dict[str, str]:
+    """The prompts a run logged for `cycle` (`prompts/cycle_NN.json`)."""
+    return json.loads(_download_text(mlc, run_id, f"prompts/cycle_{cycle:02d}.json"))
+
+
 def prompt_hashes(mlc, run_id: str, cycles: set[int]) -> dict[int, str]:
     """{cycle: sha256 of its prompts} for each of `cycles` with a `prompts/cycle_NN.json`."""
     logged = {a.path.rsplit("/", 1)[-1] for a in mlc.list_artifacts(run_id, "prompts")}
-    out = {}
-    for k in sorted(cycles):
-        name = f"cycle_{k:02d}.json"
-        if name in logged:
-            out[k] = json_sha256(json.loads(_download_text(mlc, run_id, f"prompts/{name}")))
-    return out
+    return {
+        k: json_sha256(logged_prompts(mlc, run_id, k))
+        for k in sorted(cycles)
+        if f"cycle_{k:02d}.json" in logged
+    }
 
 
 def user_scores(record: CycleRecord, split: str, metric: str = "memory_score") -> dict[str, float]:
@@ -525,14 +529,11 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
         row = max(candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
     mlc = tracking.client(tracking_uri, create=False)  # read only: never a new store
 
-    def prompts(cycle: int) -> dict[str, str]:
-        return json.loads(_download_text(mlc, row.run_id, f"prompts/cycle_{cycle:02d}.json"))
-
     if to == "best" and row.selection is not None:
         target, label = row.selection.cycle, "selected"
     else:
         target, label = row.cycles - 1, "last"
-    first, best = prompts(0), prompts(target)
+    first, best = logged_prompts(mlc, row.run_id, 0), logged_prompts(mlc, row.run_id, target)
     out = [f"run {row.name}: prompts of cycle 0 -> {label} cycle {target}"]
     for name in sorted(set(first) | set(best)):
         diff = difflib.unified_diff(

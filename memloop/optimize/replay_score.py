@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memloop.environment.data import UserItem
-from memloop.environment.episode import PolicyFactory, run_episodes
+from memloop.environment.episode import PolicyFactory, requests_sent, run_episodes
 from memloop.feedback.probes import StateProber
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import usage_by_component
@@ -71,7 +71,7 @@ def replay_screen(
     }
     accuracy = state_accuracy([q for user in by_user.values() for q in user])
     tokens = sum(usage_by_component(r for e in episodes for r in e.records).values())
-    requests = sum((e.usage or {}).get("total", {}).get("calls", 0) for e in episodes)
+    requests = requests_sent(episodes)
     return Screening(
         state_accuracy=accuracy.accuracy if accuracy.pairs else None,
         pairs=accuracy.pairs,

@@ -39,8 +39,9 @@ def local_store(tracking_uri: str) -> Path | None:
     """
     from urllib.parse import unquote, urlparse
 
-    if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri[len("sqlite:///") :])
+    db = sqlite_file(tracking_uri, create_folder=False)
+    if db is not None:
+        return db
     if tracking_uri.startswith("file:"):
         return Path(unquote(urlparse(tracking_uri).path))
     if "://" in tracking_uri or tracking_uri.startswith(("databricks", "sqlite:")):

@@ -179,11 +179,9 @@ class AWIPolicy(BufferedMemoryPolicy):
 
     def memory_view(self) -> str:
         facts = self.fact_lines()
-        if not facts:  # an empty memory renders as nothing: it supports no claim
-            return ""
-        return "\n".join(
-            ["Memory (label: value):", *facts]
-        )  # written memory only, never the buffer
+        # written memory only, never the unwritten buffer; an empty memory renders as nothing
+        # (it supports no claim)
+        return "\n".join(["Memory (label: value):", *facts]) if facts else ""
 
     def stats(self) -> dict[str, Any]:
         return {

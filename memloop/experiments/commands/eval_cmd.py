@@ -93,7 +93,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
     from memloop.core.files import atomic_write_json, file_sha256, json_sha256, run_folder_lock
     from memloop.environment.datafile import load_items, local_path
-    from memloop.environment.episode import run_episodes
+    from memloop.environment.episode import requests_sent, run_episodes
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
@@ -171,10 +171,9 @@ def run_eval(args: argparse.Namespace) -> int:
                 periods=args.periods,
                 max_users_in_parallel=args.parallel_users,
             )
-            sent = sum(e.usage["total"]["calls"] for e in episodes if e.usage)
             periods = sum(len(e.records) for e in episodes)
             print(f"recorded {len(episodes)} users, {periods} periods in {out / 'episodes'}")
-            print(f"new model requests this run: {sent}")
+            print(f"new model requests this run: {requests_sent(episodes)}")
             print(f"score a policy on it: memloop eval --replay {out} --policy YAML --out DIR ...")
             return 0
         result = run_evaluation(
