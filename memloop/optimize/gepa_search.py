@@ -19,16 +19,34 @@ evaluated episode is checkpointed (candidates/<id>/episodes), so nothing finishe
 Cycles: cycle 0 = the seed prompts, cycle k = the best candidate (by GEPA's validation score)
 after its k-th iteration, each evaluated on whole episodes of every split. The iteration history
 is kept in gepa_cycles.json because a resumed search does not replay finished iterations.
+
+Resuming gives the uninterrupted run's cycles and counts:
+- gepa saves its state at the start of each iteration and reports the iteration's end from a
+  `finally`, so an iteration stopped by Ctrl-C (or any error) is reported too and then run again
+  on resume, under the same number. Only an iteration that finished is recorded, and the history
+  is keyed by iteration number: a rerun iteration replaces its entry, never adds one.
+- Each entry holds what its iteration counted (optimizer tokens, questions left out of the
+  reflection feedback; entry 0: the seed's evaluation before the first iteration), and the
+  cycles sum the entries, not the process's counters: a resumed process does not redo finished
+  iterations, and a rerun one counts the same (an answer from the response cache counts the
+  tokens it took when it was made).
+- gepa draws parents and minibatches from one random.Random that it seeds per call and does not
+  save; here that generator and the minibatch sampler's position are saved with gepa's state
+  (the adapter-state hooks), so a resumed search draws what the uninterrupted one draws.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import random
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
 from memloop.feedback.records import QuestionRecord
@@ -94,6 +112,57 @@ def search_tokens(root: Path, cycle_candidates: set[str]) -> int:
     return sum(usage_by_component(uncounted).values())
 
 
+def load_history(path: Path) -> list[dict[str, Any]]:
+    """gepa_cycles.json: one entry per finished iteration (0: before the first), by number.
+
+    A file written before entries were keyed may hold an iteration twice (an interrupted one,
+    then its rerun): the later entry stands.
+    """
+    if not path.is_file():
+        return []
+    by_iteration = {h["iteration"]: h for h in json.loads(path.read_text())}
+    return [by_iteration[i] for i in sorted(by_iteration)]
+
+
+def omitted_so_far(history: list[dict[str, Any]]) -> dict[int, int]:
+    """Questions left out of the reflection feedback up to and including each iteration."""
+    total, out = 0, {}
+    for h in history:
+        if "omitted_questions" in h:
+            total += h["omitted_questions"]
+        else:  # written before per-iteration counts: the running total as that process saw it
+            total = h.get("feedback_omitted_questions", total)
+        out[h["iteration"]] = total
+    return out
+
+
+class SearchDraws:
+    """gepa's random draws (the parent of each iteration, the shuffled minibatches), resumable.
+
+    gepa.optimize makes these from one random.Random(seed) per call and never saves it, so a
+    resumed search would draw from the seed again. Here the candidate selector and batch sampler
+    gepa would build are built on our generator, whose state and the sampler's position travel
+    with gepa's saved state (`EpisodeAdapter.get_adapter_state`).
+    """
+
+    def __init__(self, seed: int, minibatch_size: int):
+        from gepa.strategies.batch_sampler import EpochShuffledBatchSampler
+        from gepa.strategies.candidate_selector import ParetoCandidateSelector
+
+        self.rng = random.Random(seed)
+        self.selector = ParetoCandidateSelector(rng=self.rng)
+        self.sampler: Any = EpochShuffledBatchSampler(minibatch_size=minibatch_size, rng=self.rng)
+
+    def state(self) -> dict[str, Any]:
+        position = {k: v for k, v in vars(self.sampler).items() if k != "rng"}
+        return {"rng": self.rng.getstate(), "sampler": copy.deepcopy(position)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.rng.setstate(state["rng"])
+        for key, value in copy.deepcopy(state["sampler"]).items():
+            setattr(self.sampler, key, value)
+
+
 class FileLog:
     """gepa's log, to a file only: its lines (whole proposed prompts) are not for a terminal."""
 
@@ -120,6 +189,16 @@ class EpisodeAdapter:
         self.train_ids = {item.id for item in ctx.train}
         self.recorded: dict[str, Path] = {}  # training user -> its latest on-policy episodes
         self.screen_next = False  # set by RecordIterations before a new candidate's minibatch
+        self.draws: SearchDraws | None = None  # saved and restored with gepa's state
+
+    # gepa's adapter-state hooks: called before each save of gepa's state and after a load
+    # ({} for a new search, or a state saved before these hooks were used)
+    def get_adapter_state(self) -> dict[str, Any]:
+        return {"draws": self.draws.state()} if self.draws is not None else {}
+
+    def set_adapter_state(self, state: dict[str, Any]) -> None:
+        if self.draws is not None and "draws" in state:
+            self.draws.restore(state["draws"])
 
     def objective(self, user_id: str) -> str:
         """A training minibatch is scored on state accuracy when screening (a replay's measure)."""
@@ -252,43 +331,84 @@ class GepaSearch:
 
         state_dir = ctx.run_dir / "gepa_state"
         state_dir.mkdir(parents=True, exist_ok=True)
+        # a new search (no saved state): its seed evaluation is the one the history counts
+        new_search = not (state_dir / "gepa_state.bin").is_file()
         history_path = ctx.run_dir / "gepa_cycles.json"
-        history = json.loads(history_path.read_text()) if history_path.is_file() else []
+        history = load_history(history_path)
         adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay")
+        adapter.draws = draws = SearchDraws(ctx.config.seed, minibatch)
+
+        def counts() -> tuple[int, int]:
+            return optimizer.usage.component("optimizer").total_tokens, adapter.omitted
+
+        def save_entry(iteration: int, since: tuple[int, int], **fields: Any) -> None:
+            """Save iteration `iteration`'s entry with what it counted since `since`.
+
+            It replaces any entry from an earlier attempt at it, and the later ones (gepa redoes
+            them too).
+            """
+            tokens, omitted = counts()
+            kept = [h for h in history if h["iteration"] < iteration]
+            entry = {
+                "iteration": iteration,
+                **fields,
+                "optimizer_tokens": tokens - since[0],
+                "omitted_questions": omitted - since[1],
+            }
+            entry["feedback_omitted_questions"] = omitted_so_far([*kept, entry])[iteration]
+            history[:] = [*kept, entry]
+            atomic_write_json(history_path, history)
 
         class RecordIterations:
-            """GEPA callbacks: the best candidate after each iteration; screening's cue."""
+            """GEPA callbacks: the history of finished iterations; screening's cue."""
+
+            def __init__(self) -> None:
+                self.since = counts()  # the counters when the search or iteration started
+                self.error: BaseException | None = None  # one being handled at that moment
+
+            def on_valset_evaluated(self, event: Any) -> None:
+                # the seed's evaluation, before gepa's first save: counted by a new search only
+                # (a resumed one evaluates the seed again, from its checkpoints)
+                if event["iteration"] == 0 and new_search:
+                    save_entry(0, self.since)
+
+            def on_iteration_start(self, event: Any) -> None:
+                self.since, self.error = counts(), sys.exc_info()[1]
 
             def on_iteration_end(self, event: Any) -> None:
+                # gepa reports the end from a `finally`: an iteration that raised (Ctrl-C
+                # included) is rerun on resume, under the same number, so it is not recorded
+                if sys.exc_info()[1] is not self.error or interrupt.interrupted():
+                    return
                 state = event["state"]
                 scores = state.program_full_scores_val_set
                 best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-                history.append(
-                    {
-                        "iteration": event["iteration"],
-                        "best": best,
-                        "candidate": dict(state.program_candidates[best]),
-                        "val_score": scores[best],
-                        "accepted": event["proposal_accepted"],
-                        "feedback_omitted_questions": adapter.omitted,
-                    }
+                save_entry(
+                    event["iteration"],
+                    self.since,
+                    best=best,
+                    candidate=dict(state.program_candidates[best]),
+                    val_score=scores[best],
+                    accepted=event["proposal_accepted"],
                 )
-                atomic_write_json(history_path, history)
 
             def on_evaluation_start(self, event: Any) -> None:
                 # GEPA announces a new candidate's minibatch evaluation without an index
                 if event["candidate_idx"] is None:
                     adapter.screen_next = True
 
+        # duck-typed: gepa's generic protocols (GEPAAdapter, GEPACallback) cannot type these
+        optimize: Any = gepa.optimize
         started = time.perf_counter()
-        result = gepa.optimize(
+        result = optimize(
             seed_candidate=dict(ctx.initial_prompts),
             trainset=list(train),
             valset=list(valset),
             adapter=adapter,
             reflection_lm=reflect,
-            reflection_minibatch_size=minibatch,
-            candidate_selection_strategy="pareto",
+            # what "pareto" and reflection_minibatch_size would build, on resumable draws
+            candidate_selection_strategy=draws.selector,
+            batch_sampler=draws.sampler,
             max_metric_calls=budget,
             run_dir=str(state_dir),
             seed=ctx.config.seed,
@@ -299,11 +419,11 @@ class GepaSearch:
             logger=FileLog(state_dir / "run_log.txt"),
         )
         search_seconds = round(time.perf_counter() - started, 1)
-        sequence = [(dict(ctx.initial_prompts), result.val_aggregate_scores[0], 0)] + [
-            (h["candidate"], h["val_score"], h.get("feedback_omitted_questions", 0))
-            for h in history
-        ]
-        for k, (candidate, val_score, omitted) in enumerate(sequence):
+        omitted = omitted_so_far(history)
+        iterations = [h for h in history if h["iteration"] > 0]
+        sequence = [(dict(ctx.initial_prompts), result.val_aggregate_scores[0], omitted.get(0, 0))]
+        sequence += [(h["candidate"], h["val_score"], omitted[h["iteration"]]) for h in iterations]
+        for k, (candidate, val_score, omitted_questions) in enumerate(sequence):
             prompts = ctx.store.prompts(k, candidate)
             record = ctx.store.record(k)
             if record is None:
@@ -318,11 +438,11 @@ class GepaSearch:
                     seconds=round(time.perf_counter() - began, 1),
                     extra={
                         "gepa_val_score": val_score,
-                        "feedback_omitted_questions": float(omitted),
+                        "feedback_omitted_questions": float(omitted_questions),
                     },
                 )
-                if k == 0:  # the search's own work, counted once
-                    record.tokens["optimizer"] = optimizer.usage.component("optimizer").total_tokens
+                if k == 0:  # the search's own work, once: its iterations', by any process
+                    record.tokens["optimizer"] = sum(h.get("optimizer_tokens", 0) for h in history)
                     record.tokens["search_episodes"] = search_tokens(
                         adapter.root, {candidate_id(c) for c, _, _ in sequence}
                     )
