@@ -18,9 +18,10 @@ ALLOWED = {
     "environment": {"core", "llm"},
     "policies": {"core", "llm"},
     "feedback": {"core", "llm", "environment"},
-    "optimize": {"core", "llm", "environment", "policies", "feedback"},
-    "testing": {"core", "llm", "environment", "policies", "optimize"},
-    "experiments": {"core", "llm", "environment", "policies", "feedback", "optimize"},
+    "runs": {"core", "llm", "environment", "policies", "feedback"},
+    "optimize": {"core", "llm", "environment", "policies", "feedback", "runs"},
+    "testing": {"core", "llm", "environment", "policies", "runs", "optimize"},
+    "experiments": {"core", "llm", "environment", "policies", "feedback", "runs", "optimize"},
     "(root)": {"experiments"},
 }
 
@@ -121,3 +122,52 @@ def test_no_import_cycle_between_modules():
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(defaultdict(set, graph)) == [["a", "b", "c"]]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_reachable_follows_every_arrow():
+    graph = defaultdict(set, {"a": {"b"}, "b": {"c"}, "d": {"a"}})
+    assert reachable(graph, "a") == {"b", "c"}
+
+
+def test_eval_policy_check_and_import_never_load_the_optimizer():
+    """They load a policy and log a run through memloop.runs, never through memloop.optimize."""
+    graph = import_graph()
+    for command in ("eval_cmd", "policy_cmd", "import_cmd"):
+        module = f"memloop.experiments.commands.{command}"
+        assert module in graph
+        reached = reachable(graph, module)
+        assert "memloop.runs.inputs" in reached or "memloop.runs.spec" in reached, command
+        assert sorted(m for m in reached if layer(m) == "optimize") == [], command
+
+
+def documented_graph() -> dict[str, set[str]]:
+    """The import graphs block of docs/architecture.md, as {module: modules of its package}."""
+    text = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("Import graphs of `memloop.optimize`", 1)[1].split("```", 2)[1]
+    out = {}
+    for line in block.strip().splitlines():
+        module, targets = (part.strip() for part in line.split("->"))
+        package = module.split(".")[0]
+        names = [] if targets == "(none)" else [t.strip() for t in targets.split(",")]
+        out[f"memloop.{module}"] = {f"memloop.{package}.{n}" for n in names}
+    return out
+
+
+def test_the_documented_import_graphs_are_the_code():
+    graph = import_graph()
+    code = {
+        m: {t for t in targets if t.rsplit(".", 1)[0] == m.rsplit(".", 1)[0]}
+        for m, targets in graph.items()
+        if layer(m) in ("optimize", "runs") and m.count(".") == 2
+    }
+    assert documented_graph() == code

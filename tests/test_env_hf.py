@@ -201,7 +201,7 @@ def test_an_experiment_and_eval_take_an_hf_reference(
     import yaml
 
     from memloop.optimize.config import EvolveConfig, load_config
-    from memloop.optimize.context import load_environment
+    from memloop.runs.inputs import load_environment
 
     (tmp_path / "exp.yaml").write_text(
         yaml.safe_dump(

@@ -72,7 +72,7 @@ def test_replay_feeds_the_recorded_conversation(recorded, tmp_path, fake):
     assert modes == {"off_policy"}
     assert user_turns(replayed) == user_turns(out)
     spec = json.loads((replayed / "spec.json").read_text())
-    assert spec["components"]["replay"] == str(out / "episodes")
+    assert spec["spec"]["evaluation"]["replay"] == str(out / "episodes")
     assert simulator_requests(fake.requests[before:]) == 0
 
 

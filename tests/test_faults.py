@@ -121,8 +121,8 @@ def test_a_rerun_with_other_settings_is_refused_before_anything_is_written(tmp_p
         awi = str(NATIVE.parent / "awi.yaml")
         changed = {
             "policy, prompts_sha256": [*args[:4], awi, *args[5:]],  # AWI has write prompts
-            "rounds": [*args, "--rounds-update", "3"],
-            "periods": [*args, "--periods", "1"],
+            "evaluation.rounds": [*args, "--rounds-update", "3"],
+            "evaluation.periods": [*args, "--periods", "1"],
             "users": [*args, "--users", "1"],
         }
         env = tmp_path / "env.json"
@@ -140,13 +140,13 @@ def test_a_rerun_with_other_settings_is_refused_before_anything_is_written(tmp_p
         data[0]["qas"][0]["query"] += " (edited)"
         env.write_text(json.dumps(data))
         assert main(args) == 2
-        assert "(changed: env_sha256)" in capsys.readouterr().err
+        assert "(changed: environment.sha256)" in capsys.readouterr().err
         assert len(server.requests) == sent  # nothing was asked
         assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
         # --force starts over: the new settings' run, spec.json naming them
-        assert main([*changed["rounds"], "--force"]) == 0
-        spec = json.loads((out / "spec.json").read_text())["components"]
-        assert spec["rounds"] == {"init": 1, "update": 3}
+        assert main([*changed["evaluation.rounds"], "--force"]) == 0
+        spec = json.loads((out / "spec.json").read_text())["spec"]
+        assert spec["evaluation"]["rounds"] == {"init": 1, "update": 3}
         assert len(server.requests) > sent
 
 
@@ -337,3 +337,28 @@ def test_user_ids_get_distinct_folders_inside_the_run_and_validate_warns(tmp_pat
     assert made == sorted(folders)
     metrics = json.loads((tmp_path / "ids" / "metrics.json").read_text())
     assert sorted(metrics["per_user"]) == sorted(i.id for i in items)
+
+
+def test_settings_that_do_not_change_a_response_resume_the_same_eval(tmp_path, capsys):
+    """Concurrency, timeouts and retries change how a response is fetched, not what it says;
+    --periods equal to the longest episode is every period: each resumes the finished run."""
+    with FakeOpenAIServer(reply=valid) as server:
+        args = eval_args(tmp_path, server, "run")
+        assert main(args) == 0
+        out = tmp_path / "run"
+        metrics = (out / "metrics.json").read_text()
+        sent = len(server.requests)
+        endpoint = Path(args[args.index("--endpoint") + 1])
+        endpoint.write_text(
+            endpoint.read_text() + "max_concurrency: 1\ntimeout_s: 7\nmax_retries: 0\n"
+        )
+        most = max(len(u["periods"]) for u in json.loads((tmp_path / "env.json").read_text()))
+        assert main(args) == 0
+        assert main([*args, "--periods", str(most)]) == 0
+        assert len(server.requests) == sent  # resumed from checkpoints: nothing asked again
+        assert (out / "metrics.json").read_text() == metrics
+        # a setting that changes responses is still another run
+        endpoint.write_text(endpoint.read_text() + "max_tokens: 64\n")
+        capsys.readouterr()
+        assert main(args) == 2
+        assert "(changed: endpoints)" in capsys.readouterr().err

@@ -96,13 +96,34 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
         assert sum(pd.values()) == pytest.approx(1 - p["overall"])
 
 
-def test_eval_roles_default_to_the_assistants_endpoint(tmp_path, monkeypatch):
-    """--endpoint alone puts the simulator and the checker on that endpoint too (not on the
-    embedded default model)."""
+def test_one_endpoint_rule_a_role_without_a_file_uses_the_agents(tmp_path, monkeypatch):
+    """runs.inputs.roles, used by eval, policy check, evolve and tune: a role without an endpoint
+    file is on the agent's endpoint (not on the embedded default model); no agent file is the
+    embedded model. eval's --endpoint alone puts the simulator and the checker there too."""
     from memloop.environment.datafile import save_items
     from memloop.environment.procedural import generate_procedural
     from memloop.experiments.cli import main
-    from memloop.llm.roles import RoleClients
+    from memloop.llm.endpoint import Endpoint
+    from memloop.llm.roles import ROLES
+    from memloop.runs import inputs
+
+    agent, sim = tmp_path / "e.yaml", tmp_path / "s.yaml"
+    agent.write_text("model: hosted-a\nbase_url: http://127.0.0.1:9/v1\n")
+    sim.write_text("model: hosted-s\nbase_url: http://127.0.0.1:9/v1\n")
+
+    def models(c):
+        return [getattr(c, role).endpoint.model for role in ROLES]
+
+    assert models(inputs.roles(agent, cache=None)) == ["hosted-a"] * 4
+    assert models(inputs.roles(agent, sim, cache=None)) == [
+        "hosted-a",
+        "hosted-s",
+        "hosted-a",
+        "hosted-a",
+    ]
+    assert models(inputs.roles(cache=None)) == [Endpoint().model] * 4
+    both = inputs.roles(agent, cache=None)
+    assert both.user_sim is both.agent  # one endpoint, one client (one cache, one bound)
 
     env = tmp_path / "env.json"
     save_items(generate_procedural(users=1, periods=1, questions=1, seed=0), env)
@@ -111,39 +132,25 @@ def test_eval_roles_default_to_the_assistants_endpoint(tmp_path, monkeypatch):
     class Stop(Exception):
         pass
 
+    real = inputs.roles
+
     def record(*args, **kwargs):
-        seen.append(args)
+        seen.append(models(real(*args, cache=None)))
         raise Stop
 
-    monkeypatch.setattr(RoleClients, "from_files", record)
-    with pytest.raises(Stop):
-        main(
-            [
-                "eval",
-                "--env",
-                str(env),
-                "--policy",
-                "memloop/experiments/policies/awi.yaml",
-                "--out",
-                str(tmp_path / "out"),
-                "--endpoint",
-                "e.yaml",
-            ]
-        )
-    with pytest.raises(Stop):
-        main(
-            [
-                "eval",
-                "--env",
-                str(env),
-                "--policy",
-                "memloop/experiments/policies/awi.yaml",
-                "--out",
-                str(tmp_path / "out"),
-                "--endpoint",
-                "e.yaml",
-                "--sim-endpoint",
-                "s.yaml",
-            ]
-        )
-    assert seen == [("e.yaml", "e.yaml", "e.yaml"), ("e.yaml", "s.yaml", "e.yaml")]
+    monkeypatch.setattr(inputs, "roles", record)
+    base = [
+        "eval",
+        "--env",
+        str(env),
+        "--policy",
+        "memloop/experiments/policies/awi.yaml",
+        "--out",
+        str(tmp_path / "out"),
+        "--endpoint",
+        str(agent),
+    ]
+    for argv in (base, [*base, "--sim-endpoint", str(sim)]):
+        with pytest.raises(Stop):
+            main(argv)
+    assert seen == [["hosted-a"] * 4, ["hosted-a", "hosted-s", "hosted-a", "hosted-a"]]

@@ -393,5 +393,6 @@ def test_logs_the_metrics_to_mlflow(tmp_path, capsys):
         mlc.get_metric_history(run.info.run_id, "period_overall"), key=lambda m: m.step
     )
     assert [(m.step, m.value) for m in history] == [(0, 0.75), (1, 0.25), (2, 0.5)]
-    assert run.data.params["run_dir"] == str(RUN.resolve())
+    assert run.data.params["spec.environment.amemgym_run"] == str(RUN.resolve())
+    assert run.data.tags["memloop.kind"] == "import"
     assert run.info.run_id in capsys.readouterr().out

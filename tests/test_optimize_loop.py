@@ -12,6 +12,7 @@ import pytest
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
+from memloop.runs.spec import RunSpec
 from memloop.testing import (
     FakeOpenAIServer,
     evolve_loop_reply,
@@ -73,9 +74,9 @@ def run(tmp_path, fake, **over):
 
 
 def mlflow_client(config):
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
-    return tracking.client(config.tracking_uri)
+    return tracker.client(config.tracking_uri)
 
 
 @pytest.mark.parametrize("search", ["episode", "period"])
@@ -103,10 +104,16 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
         assert logged == [c.cycle for c in o.cycles if c.score(split) is not None]
     assert not mlc.get_metric_history(o.run_id, "memory_score")  # no unprefixed names
     logged_run = mlc.get_run(o.run_id)
-    assert logged_run.data.params["scorer_version"] == "3"
-    assert len(logged_run.data.params["catalogue_sha256"]) == 64
-    assert logged_run.data.params["splits.test_users"] == "1"
-    assert logged_run.data.params["search_spec.name"] == search
+    # the params and tags are the run's spec.json: one source for the key, params and tags
+    spec = RunSpec.from_document(json.loads((o.run_dir / "spec.json").read_text()))
+    assert spec is not None and o.run_dir.name.endswith(spec.key()[:8])
+    assert logged_run.data.params == spec.params()
+    assert logged_run.data.tags["memloop.run_key"] == spec.key()
+    assert logged_run.data.params["spec.scorer_version"] == "3"
+    assert len(logged_run.data.params["spec.catalogue_sha256"]) == 64
+    test_users = json.loads(logged_run.data.params["spec.users.test"])
+    assert len(test_users) == 1 and set(test_users) == set(o.cycles[0].splits["test"].per_user)
+    assert logged_run.data.params["spec.optimizer.search.name"] == search
     assert mlc.get_metric_history(o.run_id, "tokens_optimizer")
     arts = {a.path for a in mlc.list_artifacts(o.run_id, "prompts")}
     assert arts == {f"prompts/cycle_{k:02d}.json" for k in steps}
@@ -308,24 +315,24 @@ def split(memory_score, users=None):
 
 def log_one_cycle_run(mlc, exp, key, tags, record, prompts='{"writer": "a"}'):
     """An MLflow run as evolve logs it, with one cycle `record` (a dict) and its `prompts`."""
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
-    rid, _ = tracking.open_run(
+    rid, _ = tracker.open_run(
         mlc, exp, key, key, {"a": 1}, tags={f"memloop.{k}": v for k, v in tags.items()}
     )
-    tracking.log_text(mlc, rid, json.dumps(record), "cycle/cycle_00.json")
-    tracking.log_text(mlc, rid, prompts, "prompts/cycle_00.json")
+    tracker.log_text(mlc, rid, json.dumps(record), "cycle/cycle_00.json")
+    tracker.log_text(mlc, rid, prompts, "prompts/cycle_00.json")
 
 
 def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
-    from memloop.optimize import tracking
     from memloop.optimize.compare import compare, run_histories
     from memloop.optimize.cycles import CycleRecord
+    from memloop.runs import tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    mlc = tracking.client(uri)
-    exp = tracking.experiment_id(mlc, "gaps", uri)
-    rid, _ = tracking.open_run(
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "gaps", uri)
+    rid, _ = tracker.open_run(
         mlc,
         exp,
         "k",
@@ -347,9 +354,9 @@ def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
                 "test": split(sum(test.values()) / 2, test),
             },
         )
-        tracking.log_text(mlc, rid, record.model_dump_json(), f"cycle/cycle_{k:02d}.json")
-    tracking.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
-    tracking.log_text(mlc, rid, '{"writer": "b"}', "prompts/cycle_01.json")
+        tracker.log_text(mlc, rid, record.model_dump_json(), f"cycle/cycle_{k:02d}.json")
+    tracker.log_text(mlc, rid, '{"writer": "a"}', "prompts/cycle_00.json")
+    tracker.log_text(mlc, rid, '{"writer": "b"}', "prompts/cycle_01.json")
     result = compare(uri, "gaps")
     (row,) = result["rows"]
     assert (row.cycles, row.selection.cycle, row.split, row.n_users) == (3, 1, "test", 2)
@@ -366,13 +373,13 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
     import json as _json
 
     from memloop.core.stats import sign_flip_p, t_interval
-    from memloop.optimize import tracking
     from memloop.optimize.compare import compare
     from memloop.optimize.cycles import CycleRecord
+    from memloop.runs import tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    mlc = tracking.client(uri)
-    exp = tracking.experiment_id(mlc, "paired", uri)
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "paired", uri)
     base_users = {f"u{i}": 0.1 * i for i in range(6)}
     evolved_users = {f"u{i}": 0.1 * i + (0.2 if i % 2 else 0.05) for i in range(5)}  # no u5
 
@@ -381,7 +388,8 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
         data = _json.loads(record.model_dump_json())
         if old:  # a cycle written before scorer versions were recorded
             data.pop("scorer_version")
-        tags = {"feedback_mode": mode, "evolver": evolver}
+        # one `memloop.like`: runs of the same settings, which compare pairs
+        tags = {"feedback_mode": mode, "evolver": evolver, "like": "same"}
         log_one_cycle_run(mlc, exp, key, tags, data, prompts=f'{{"writer": "{key}"}}')
 
     log_run("base", "none", "none", base_users)
@@ -416,13 +424,13 @@ def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_p
 
     from scipy import stats as sps
 
-    from memloop.optimize import tracking
     from memloop.optimize.compare import compare
     from memloop.optimize.cycles import CycleRecord
+    from memloop.runs import tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    mlc = tracking.client(uri)
-    exp = tracking.experiment_id(mlc, "cells", uri)
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "cells", uri)
     users = [f"u{i}" for i in range(6)]
     base = dict(zip(users, [0.25, 0.5, 0.75, 0.5, 0.5, 0.0], strict=True))
     evolved = dict(zip(users, [0.5, 0.5, 0.75, 1.0, 0.375, 0.0], strict=True))
@@ -432,7 +440,8 @@ def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_p
     def log_run(key, mode, per_user, prompts):
         record = CycleRecord(cycle=0, splits={"test": split(0.4, per_user)})
         data = _json.loads(record.model_dump_json())
-        tags = {"feedback_mode": mode, "evolver": "reflective" if mode != "none" else "none"}
+        evolver = "reflective" if mode != "none" else "none"
+        tags = {"feedback_mode": mode, "evolver": evolver, "like": "same"}
         log_one_cycle_run(mlc, exp, key, tags, data, prompts=_json.dumps(prompts))
 
     log_run("base", "none", base, {"writer": "a"})
@@ -538,13 +547,13 @@ def test_repeats_without_sampling_are_refused_before_anything_runs(tmp_path):
 def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
     import json as _json
 
-    from memloop.optimize import tracking
     from memloop.optimize.compare import compare
     from memloop.optimize.cycles import CycleRecord
+    from memloop.runs import tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    mlc = tracking.client(uri)
-    exp = tracking.experiment_id(mlc, "reps", uri)
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "reps", uri)
     users = [f"u{i}" for i in range(4)]
     base = {0: {u: 0.1 * i for i, u in enumerate(users)}, 1: {u: 0.2 for u in users}}
     evolved = {
@@ -555,7 +564,7 @@ def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
     def log_run(key, mode, evolver, repeat, per_user):
         score = sum(per_user.values()) / len(per_user)
         record = CycleRecord(cycle=0, splits={"test": split(score, per_user)})
-        tags = {"feedback_mode": mode, "evolver": evolver, "repeat": str(repeat)}
+        tags = {"feedback_mode": mode, "evolver": evolver, "repeat": str(repeat), "like": "same"}
         data = _json.loads(record.model_dump_json())
         log_one_cycle_run(mlc, exp, key, tags, data, prompts=f'{{"writer": "{evolver}"}}')
 

@@ -46,7 +46,7 @@ def endpoints(endpoint: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_gepa_two_cycles(workspace, local_client):
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
     root, endpoint = workspace
     config = {
@@ -69,7 +69,7 @@ def test_gepa_two_cycles(workspace, local_client):
     path = root / "gepa.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["evolve", str(path), "--no-progress"]) == 0
-    mlc = tracking.client(config["tracking_uri"])
+    mlc = tracker.client(config["tracking_uri"])
     (run,) = mlc.search_runs([mlc.get_experiment_by_name("real-gepa").experiment_id])
     for split in ("train", "val"):
         steps = [m.step for m in mlc.get_metric_history(run.info.run_id, f"{split}_overall")]
@@ -121,14 +121,14 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
     out = capsys.readouterr().out
     assert "2 finished trials, 1 added now" in out
     assert "on 1 test users: memory score" in out  # the best trial, re-run on the test user
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
-    mlc = tracking.client(config["tracking_uri"])
+    mlc = tracker.client(config["tracking_uri"])
     exp = mlc.get_experiment_by_name("tune")
     children = [
         r
         for r in mlc.search_runs([exp.experiment_id])
-        if r.data.tags.get("memloop.kind") == "tune-trial"
+        if r.data.tags.get("memloop.kind") == "tune_trial"
     ]
     assert len({r.data.tags.get("mlflow.parentRunId") for r in children}) == 1
     assert all("val_state_accuracy" in r.data.metrics for r in children)

@@ -149,9 +149,9 @@ def test_a_registered_search_runs_through_the_same_context(tmp_path):
         config, (o,) = run(tmp_path, fake, search="constant", cycles=2)
     assert [c.cycle for c in o.cycles] == [0, 1] and o.search == "constant"
     assert "-complete-reflective-constant-" in o.run_dir.name
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
-    mlc = tracking.client(config.tracking_uri)
+    mlc = tracker.client(config.tracking_uri)
     assert len(mlc.get_metric_history(o.run_id, "test_overall")) == 2
     # a search named by module path works without registering
     with pytest.raises(Exception, match="unknown search"):
@@ -307,7 +307,7 @@ def test_summary_budget_drops_whole_questions_and_records_them():
 
 
 def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         config, (o,) = run(tmp_path, fake, summary_max_chars=900, cycles=2)
@@ -315,7 +315,7 @@ def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
     assert report is not None and report.max_chars == 900 and report.omitted
     summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
     assert len(render_summary(summary)) == report.chars <= 900
-    mlc = tracking.client(config.tracking_uri)
+    mlc = tracker.client(config.tracking_uri)
     logged = mlc.get_metric_history(o.run_id, "feedback_omitted_questions")
     assert logged[0].value == len(report.omitted)
 

@@ -5,6 +5,7 @@ trial found by its heartbeat and retried."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -70,7 +71,7 @@ def settings(study) -> list[tuple]:
 
 
 def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         config, first = tune(tmp_path, fake)
@@ -94,17 +95,22 @@ def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
     assert [p.name for p in test_dir.iterdir()] == [
         f"awe-{best['update_freq']}-{best['short_term_len']}-{best['top_k']}"
     ]
-    mlc = tracking.client(config.tracking_uri)
+    mlc = tracker.client(config.tracking_uri)
     exp = mlc.get_experiment_by_name("unit-tune")
     runs = mlc.search_runs([exp.experiment_id])
     (parent,) = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
     assert parent.data.metrics["test_overall"] == pytest.approx(second.test["overall"])
-    assert (
-        parent.data.params["catalogue_sha256"]
-        and parent.data.params["scorer_version"] == SCORER_VERSION == "3"
-    )
-    trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune-trial"]
+    assert len(parent.data.params["spec.catalogue_sha256"]) == 64
+    assert parent.data.params["spec.scorer_version"] == SCORER_VERSION == "3"
+    assert json.loads(parent.data.params["spec.optimizer.grid.top_k"]) == config.top_k
+    trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune_trial"]
     assert len(trials) == 4 and all("val_overall" in r.data.metrics for r in trials)
+    # each trial's params are its spec: the study's, with the trial's setting in the policy
+    for r in trials:
+        t = int(r.data.tags["memloop.trial"])
+        setting = next(x for x in second.trials if x["number"] == t)
+        for k in ("update_freq", "short_term_len", "top_k"):
+            assert r.data.params[f"spec.policy.{k}"] == str(setting[k])
 
 
 def test_the_grid_ends_when_every_setting_is_done(tmp_path, capsys):
@@ -130,7 +136,25 @@ def test_a_study_reopened_with_other_settings_is_refused(tmp_path, capsys):
     )
     assert main(["tune", str(path), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "was made with other settings" in err[0]
+    assert len(err) == 1 and "was made with other settings (changed: environment" in err[0]
+
+
+@pytest.mark.parametrize("grid", [{"top_k": [30, 50, 70]}, {"update_freq": [2]}])
+def test_a_study_reopened_with_a_changed_grid_is_one_line_and_starts_no_trial(tmp_path, grid):
+    from memloop.core.errors import UserError
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, _ = tune(tmp_path, fake, trials=1)
+        sent = len(fake.requests)
+        with pytest.raises(UserError) as caught:
+            tune(tmp_path, fake, trials=1, **grid)
+        assert len(fake.requests) == sent
+    assert str(caught.value) == (
+        f"{config.source}: study 'unit-awe' in {config.storage} was made with other settings "
+        "(changed: optimizer.grid); set `study:` to a new name"
+    )
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]  # nothing left RUNNING
 
 
 def test_a_study_reopened_after_its_default_prompts_changed_is_refused(tmp_path, monkeypatch):
@@ -147,8 +171,8 @@ def test_a_study_reopened_after_its_default_prompts_changed_is_refused(tmp_path,
 
 
 def test_pareto_front_and_plot(tmp_path):
-    from memloop.optimize import tracking
     from memloop.optimize.tune import pareto_front
+    from memloop.runs import tracker
 
     assert pareto_front([(0.5, 100), (0.4, 50), (0.3, 80), (0.5, 120), (0.6, 300)]) == [0, 1, 4]
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
@@ -157,7 +181,7 @@ def test_pareto_front_and_plot(tmp_path):
     from matplotlib.image import imread
 
     assert imread(outcome.pareto_plot).shape[:2] == (440, 660)
-    mlc = tracking.client(config.tracking_uri)
+    mlc = tracker.client(config.tracking_uri)
     exp = mlc.get_experiment_by_name("unit-tune")
     (parent,) = [
         r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags["memloop.kind"] == "tune"
@@ -199,7 +223,7 @@ def worker(path: Path, url: str, delay: float, cache: Path) -> subprocess.Popen:
 
 
 def test_two_worker_processes_share_one_study(tmp_path):
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
     # heartbeats every 5 s: on a loaded 2-core machine a live worker is never taken for dead
     path = write_config(tmp_path, trials=3, heartbeat_s=5)
@@ -213,12 +237,12 @@ def test_two_worker_processes_share_one_study(tmp_path):
     states = [t.state for t in study.trials]
     assert states.count(optuna.trial.TrialState.COMPLETE) == 6, states
     assert len(set(settings(study))) == 6  # the grid gave each worker different settings
-    mlc = tracking.client(config.tracking_uri)
+    mlc = tracker.client(config.tracking_uri)
     exp = mlc.get_experiment_by_name("unit-tune")
     runs = mlc.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
     assert len(parents) == 1  # both workers logged under one study run
-    trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune-trial"]
+    trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune_trial"]
     assert len(trials) == 6
 
 

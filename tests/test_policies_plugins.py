@@ -143,7 +143,7 @@ def test_the_example_passes_policy_check_and_runs_through_eval(tmp_path, endpoin
     assert evaluate(EXAMPLE / "policy.yaml", endpoint, tmp_path, tmp_path / "run") == 0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["users"] == 2 and metrics["questions"] > 0
-    spec = json.loads((tmp_path / "run" / "spec.json").read_text())["components"]
+    spec = json.loads((tmp_path / "run" / "spec.json").read_text())["spec"]
     # the plug-in's file hash and options are part of what the run records
     assert spec["policy"]["options"] == {"top_k": 3}
     assert spec["policy"]["source_sha256"] == _sha256(EXAMPLE / "keyword_memory.py")
@@ -170,7 +170,7 @@ def test_a_module_plugin_written_outside_the_package(tmp_path, endpoint, outside
     assert evaluate(policy, endpoint, tmp_path, tmp_path / "run") == 0
     records = (tmp_path / "run" / "records.jsonl").read_text().splitlines()
     assert len({json.loads(r)["user_id"] for r in records}) == 2
-    spec = json.loads((tmp_path / "run" / "spec.json").read_text())["components"]
+    spec = json.loads((tmp_path / "run" / "spec.json").read_text())["spec"]
     assert spec["policy"]["target"] == "mydiary.policy:Diary"
 
 

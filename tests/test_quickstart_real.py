@@ -76,10 +76,10 @@ def first_run(quickstart) -> str:
 
 
 def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
     _, uri, _ = quickstart
-    mlc = tracking.client(uri)
+    mlc = tracker.client(uri)
     exp = mlc.get_experiment_by_name("quickstart-test")
     runs = {r.data.tags["memloop.feedback_mode"]: r for r in mlc.search_runs([exp.experiment_id])}
     assert set(runs) == set(MODES)
@@ -95,15 +95,15 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
             for key in ("state_accuracy", "overall"):
                 steps = [m.step for m in mlc.get_metric_history(rid, f"{split}_{key}")]
                 assert steps == [0, 1], (split, key)
-        assert run.data.params["scorer_version"] == "3"
-        assert run.data.params["splits.test_users"] == "1"
+        assert run.data.params["spec.scorer_version"] == "3"
+        assert len(json.loads(run.data.params["spec.users.test"])) == 1
         artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
         assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}
         name = run.data.tags["memloop.prompt_name"]
         assert len(mlc.search_prompt_versions(name)) == 2
-        assert run.data.params["condition.feedback_mode"] == mode
-        assert run.data.params["data.procedural.seed"] == "5"
-        assert len(run.data.params["data.procedural.catalogue_sha256"]) == 64
+        assert run.data.params["spec.mode"] == run.data.tags["memloop.feedback_mode"] == mode
+        assert run.data.params["spec.environment.procedural.seed"] == "5"
+        assert len(run.data.params["spec.environment.procedural.catalogue_sha256"]) == 64
     # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
     # prompt, the feedback modes logged the summary the evolver read
     from memloop.optimize.compare import _download_text

@@ -22,11 +22,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from memloop.environment.data import UserItem
+from memloop.feedback.objective import Mode
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.scoring import classify_failure, index_records, state_accuracy
 
-FeedbackMode = Literal["none", "question_only", "complete", "diagnostic"]
-MODES: tuple[str, ...] = ("none", "question_only", "complete", "diagnostic")
+FeedbackMode = Mode  # the name configs use
+MODES: tuple[str, ...] = tuple(m.value for m in Mode)
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -55,7 +56,7 @@ def summarize(
     if mode not in MODES:
         raise ValueError(f"unknown feedback mode {mode!r}; use one of {', '.join(MODES)}")
     records = sorted(records, key=lambda r: (r.user_id, r.period, r.question_index))
-    if mode == "none":
+    if not Mode(mode).evolves:
         return {}
     if mode == "question_only":
         return {
@@ -158,7 +159,7 @@ def budgeted_summary(
     """
     records = list(records)
     report = SummaryReport(max_chars=max_chars, max_questions=max_questions)
-    if mode == "none":
+    if not Mode(mode).evolves:
         return {}, report
     history = list(history) if history is not None else records
     chosen: dict[str, list[QuestionRecord]] = {}

@@ -16,6 +16,7 @@ from memloop.core.errors import UserError
 from memloop.llm.errors import MissingApiKey
 
 LOCAL = "local"
+RESULT_SETTINGS = ("model", "base_url", "temperature", "max_tokens", "context_window")
 
 
 class Endpoint(BaseModel):
@@ -92,6 +93,14 @@ class Endpoint(BaseModel):
     def public_dict(self) -> dict[str, Any]:
         """Every field, safe to log (holds no secret by construction)."""
         return self.model_dump()
+
+    def result_settings(self) -> dict[str, Any]:
+        """The settings that can change a response: a run's identity holds these only.
+
+        Concurrency, timeouts, retries and the key's variable change how a response is fetched,
+        not what it says, so changing them resumes a run rather than starting another.
+        """
+        return self.model_dump(include=set(RESULT_SETTINGS))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Endpoint:

@@ -59,6 +59,6 @@ class RoleClients:
         """Whether the agent or the simulated user samples (temperature > 0): repeats can differ."""
         return any(c.endpoint.temperature > 0 for c in (self.agent, self.user_sim))
 
-    def public(self) -> dict[str, Any]:
-        """Each role's endpoint settings (no secrets), for params and run keys."""
-        return {role: getattr(self, role).endpoint.public_dict() for role in ROLES}
+    def identity(self) -> dict[str, Any]:
+        """Each role's result-changing endpoint settings (no secrets), for a run's identity."""
+        return {role: getattr(self, role).endpoint.result_settings() for role in ROLES}

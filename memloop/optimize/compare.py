@@ -13,6 +13,15 @@ Two tables:
   two-sided sign-flip permutation p and the users up/tied/down; a warning below 10 users. Also
   within each run: the selected prompt minus cycle 0 on the same users.
 
+Runs are paired only within a group of runs sharing their settings: the `memloop.like` tag
+(`RunSpec.like_key`: environment, users, models and endpoint settings, policy settings, starting
+prompts, evaluation settings, scorer version; everything but what the optimizer chooses). An
+experiment holding runs of several settings is shown group by group, each headed by the `spec.*`
+params that differ between the groups and paired with its own baseline; a group without a
+baseline run is shown unpaired, with a note. Runs logged before run specs existed (no
+`memloop.like` tag) cannot be known to share anything: they form a group of their own, shown
+but never paired.
+
 Where the two prompts a row compares are identical (the sha256 of the logged
 `prompts/cycle_NN.json` of the selected cycles, or of cycle 0 and the selected cycle), the row says
 `same prompt` instead of numbers: any difference there comes from the draws, not the prompt.
@@ -30,9 +39,11 @@ from memloop.core.errors import UserError
 from memloop.core.files import json_sha256
 from memloop.core.stats import EXACT_MAX, SMALL_N, Paired, format_p
 from memloop.core.tables import format_number, format_table
+from memloop.feedback.objective import LEGACY_OBJECTIVE
 from memloop.feedback.records import SCORER_VERSION
-from memloop.optimize import tracking
 from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
+from memloop.runs import tracker
+from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_params
 
 HEADLINE_SPLIT = "test"
 PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain", "factual_recall")
@@ -65,6 +76,11 @@ class RunRow:
     # sha256 of the logged prompts of cycle 0 and of the selected cycle (None: none logged)
     first_prompts: str | None = None
     selected_prompts: str | None = None
+    like: str | None = None  # the `memloop.like` tag: runs paired must share it (None: older)
+    spec: dict[str, str] = field(default_factory=dict)  # the run's `spec.*` params, unprefixed
+    settings: str = ""  # what sets its group apart ("runs with ..."; "" for a lone group)
+    settings_short: str = ""  # the same, values only (plot legends)
+    is_baseline: bool = False  # a run of its group's baseline condition
 
     @property
     def same_prompt_as_first(self) -> bool:
@@ -143,7 +159,7 @@ def headline_split(records: list[CycleRecord]) -> str:
 
 def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
     tags = run.data.tags
-    selection = select_cycle(records, tags.get("memloop.objective", "memory_score"))
+    selection = select_cycle(records, tags.get("memloop.objective", LEGACY_OBJECTIVE))
     split = headline_split(records)
     first_rec = records[0] if records else None
     chosen = records[selection.cycle] if selection else None
@@ -171,6 +187,8 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         scorer_version=chosen.scorer_version if chosen else SCORER_VERSION,
         per_user={m: user_scores(chosen, split, m) for m in PAIRED_METRICS} if chosen else {},
         repeat=int(tags.get("memloop.repeat", "0")),
+        like=tags.get(LIKE_TAG),
+        spec=spec_from_params(run.data.params),
     )
 
 
@@ -208,6 +226,129 @@ def pair_with_baseline(rows: list[RunRow], baselines: list[RunRow]) -> None:
         r.vs_baseline = {
             m: Paired.of(r.per_user.get(m, {}), base.per_user.get(m, {})) for m in PAIRED_METRICS
         }
+
+
+OLDER_HEADING = "runs logged by an older memloop (no run spec)"
+OLDER_NOTE = (
+    "logged by an older memloop: not paired (without a run spec, nothing says these runs share "
+    "their environment, users, models or policy settings)"
+)
+NO_BASELINE_NOTE = "no baseline run of its own settings: not paired"
+HEADING_SETTINGS = 3  # settings named in a group's heading; more are counted
+SETTING_CHARS = 40  # a longer value is cut
+
+
+@dataclass
+class RunGroup:
+    """The runs of one `memloop.like` (None: runs without one), in the order first seen."""
+
+    like: str | None
+    rows: list[RunRow]
+
+    @property
+    def heading(self) -> str:
+        return self.rows[0].settings
+
+    @property
+    def older(self) -> bool:
+        return self.like is None
+
+    @property
+    def has_baseline(self) -> bool:
+        return any(r.is_baseline for r in self.rows)
+
+    @property
+    def note(self) -> str | None:
+        """Why the group is shown unpaired, if it is."""
+        if self.older:
+            return OLDER_NOTE
+        return None if self.has_baseline else NO_BASELINE_NOTE
+
+
+def group_rows(rows: list[RunRow]) -> list[RunGroup]:
+    """The rows by `memloop.like`, groups and rows in first-seen order."""
+    groups: dict[str | None, RunGroup] = {}
+    for r in rows:
+        groups.setdefault(r.like, RunGroup(r.like, [])).rows.append(r)
+    return list(groups.values())
+
+
+def like_params(spec: dict[str, str]) -> dict[str, str]:
+    """The `spec.*` params a group's runs share: all but the optimizer's choices and the key."""
+    return {k: v for k, v in spec.items() if k != "key" and k.split(".", 1)[0] not in CHOSEN}
+
+
+def _cut(value: str | None) -> str:
+    if value is None:
+        return "unset"
+    return value if len(value) <= SETTING_CHARS else value[: SETTING_CHARS - 3] + "..."
+
+
+def _settings(values: dict[str, str | None], roles: set[str]) -> list[tuple[str, str]]:
+    """(name, value) per setting, endpoint roles sharing a value named once.
+
+    `endpoints.*.model` when every role has that model, else `endpoints.agent,checker.model`.
+    """
+    order: list[tuple[str, str | None]] = []  # (name or endpoint setting, value)
+    merged: dict[tuple[str, str | None], list[str]] = {}
+    for key, value in values.items():
+        parts = key.split(".", 2)
+        if parts[0] == "endpoints" and len(parts) == 3:
+            slot = (parts[2], value)
+            if slot not in merged:
+                merged[slot] = []
+                order.append(("endpoints." + parts[2], value))
+            merged[slot].append(parts[1])
+        else:
+            order.append((key, value))
+    out = []
+    for name, value in order:
+        if name.startswith("endpoints."):
+            setting = name.split(".", 1)[1]
+            who = merged[(setting, value)]
+            role = "*" if len(who) > 1 and set(who) >= roles else ",".join(who)
+            name = f"endpoints.{role}.{setting}"
+        out.append((name, _cut(value)))
+    return out
+
+
+def label_groups(groups: list[RunGroup]) -> None:
+    """Head each group by the `spec.*` params that differ between the groups (rows' `settings`).
+
+    Nothing for a lone group. A group's params are its first run's (a group shares them all).
+    """
+    if len(groups) < 2:
+        return
+    specced = [g for g in groups if not g.older]
+    shared = [like_params(g.rows[0].spec) for g in specced]
+    varying = list(dict.fromkeys(k for other in shared[1:] for k in differences(shared[0], other)))
+    fields = list(RunSpec.model_fields)  # named in the spec's order: environment, users, ...
+    varying.sort(key=lambda k: fields.index(k.split(".")[0]) if k.split(".")[0] in fields else 99)
+    headings: dict[int, tuple[str, str]] = {}
+    for i, (group, params) in enumerate(zip(specced, shared, strict=True)):
+        roles = {k.split(".")[1] for k in params if k.startswith("endpoints.")}
+        named = _settings({k: params.get(k) for k in varying}, roles)
+        if not named:  # one group with a run spec beside older runs
+            named = [("memloop.like", group.like or "")]
+        shown = [f"{k} = {v}" for k, v in named[:HEADING_SETTINGS]]
+        more = len(named) - HEADING_SETTINGS
+        heading = (
+            "runs with " + ", ".join(shown) + (f" and {more} more settings" if more > 0 else "")
+        )
+        short = ", ".join(v for _, v in named[:HEADING_SETTINGS])
+        headings[i] = (heading, short)
+    texts = [h for h, _ in headings.values()]
+    for i, group in enumerate(specced):
+        heading, short = headings[i]
+        if texts.count(heading) > 1:  # cut values alike: tell the groups apart by their tag
+            heading += f" (memloop.like {group.like})"
+            short += f" ({group.like})"
+        for r in group.rows:
+            r.settings, r.settings_short = heading, _cut(short)
+    for group in groups:
+        if group.older:
+            for r in group.rows:
+                r.settings, r.settings_short = OLDER_HEADING, "older memloop"
 
 
 @dataclass
@@ -249,11 +390,11 @@ def _per_user_mean(maps: list[dict[str, float]]) -> dict[str, float]:
 
 def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
     """Per condition (in first-seen order), its spread across repeats and pooled comparison."""
-    groups: dict[tuple[str, str, str], list[RunRow]] = {}
-    for r in rows:
-        groups.setdefault(r.group, []).append(r)
+    groups: dict[tuple[str | None, tuple[str, str, str]], list[RunRow]] = {}
+    for r in rows:  # a condition of other settings is another condition
+        groups.setdefault((r.like, r.group), []).append(r)
     out = []
-    for key, members in groups.items():
+    for (_, key), members in groups.items():
         mean, sd = {}, {}
         for m in PAIRED_METRICS:
             values = [v for v in (getattr(r, _ROW_FIELD[m]) for r in members) if v is not None]
@@ -288,7 +429,7 @@ _ROW_FIELD = {
 
 
 def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") -> list[RunRow]:
-    mlc = tracking.client(tracking_uri, create=False)  # read only: never a new store
+    mlc = tracker.client(tracking_uri, create=False)  # read only: never a new store
     exp = mlc.get_experiment_by_name(experiment)
     if exp is None:
         names = ", ".join(e.name for e in mlc.search_experiments()) or "none yet"
@@ -305,12 +446,28 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
                 row.first_prompts = hashes.get(row.records[0].cycle)
                 row.selected_prompts = hashes.get(chosen)
             rows.append(row)
-    base = pick_baseline(rows, baseline)
-    if not base and baseline != "none":
+    groups = group_rows(rows)
+    label_groups(groups)
+    found = older = False
+    for group in groups:  # each group with its own baseline, chosen among its own runs
+        base = pick_baseline(group.rows, baseline)
+        if group.older:
+            older = older or bool(base)
+            continue
+        found = found or bool(base)
+        for b in base:
+            b.is_baseline = True
+        if base:
+            pair_with_baseline(group.rows, base)
+    if not found and baseline != "none":
+        if older:
+            raise UserError(
+                f"baseline run {baseline!r} in {experiment!r} was logged by an older memloop "
+                "(no run spec): nothing says which runs share its settings, so none is paired "
+                "with it"
+            )
         names = ", ".join(r.condition for r in rows) or "none"
         raise UserError(f"no baseline run {baseline!r} in {experiment!r} (runs: {names})")
-    if base:
-        pair_with_baseline(rows, base)
     return rows
 
 
@@ -353,7 +510,31 @@ def _spread_cell(mean: float | None, sd: float | None) -> str:
 
 
 def format_rows(rows: list[RunRow]) -> str:
+    """The tables, group by group when the runs are of several settings, then the notes."""
     repeated = any(r.repeat for r in rows)
+    groups = group_rows(rows)
+    lines: list[str] = []
+    if len(groups) > 1:
+        lines.append(
+            f"{len(groups)} groups of runs with different settings: a run is paired only with "
+            "a baseline run of its own group (same environment, users, models, policy "
+            "settings, starting prompts and evaluation)"
+        )
+        for i, group in enumerate(groups, 1):
+            lines += ["", f"=== group {i}: {group.heading} ==="]
+            lines += _group_lines(group, repeated, several=True)
+        lines.append("")
+    elif groups:
+        lines += _group_lines(groups[0], repeated, several=False)
+    return "\n".join(lines + _notes(rows))
+
+
+def _group_lines(group: RunGroup, repeated: bool, several: bool) -> list[str]:
+    """One group's tables: marginal, within each run, paired with its baseline, repeats.
+
+    Then why it is unpaired, if it is (a lone group of runs with a spec and no baseline: nothing).
+    """
+    rows = group.rows
     marginal = [
         [
             r.feedback_mode,
@@ -432,7 +613,14 @@ def format_rows(rows: list[RunRow]) -> str:
         ]
     if repeated:
         lines += ["", *format_repeats(repeat_summaries(rows))]
-    lines += [
+    if group.note and (several or group.older):
+        lines.append(group.note)
+    return lines
+
+
+def _notes(rows: list[RunRow]) -> list[str]:
+    """What the tables' columns mean, and warnings about the numbers."""
+    lines = [
         "mean diff: the mean per-user difference; 95% t interval: Student t over users (none for "
         "one user or when every difference is equal)",
         "sign-flip p: two-sided permutation test of the differences (exact up to "
@@ -456,7 +644,7 @@ def format_rows(rows: list[RunRow]) -> str:
             f"scored with the older scorer version {version} (now {SCORER_VERSION}; {what}): "
             f"{names}"
         )
-    return "\n".join(lines)
+    return lines
 
 
 # what an older scorer version's numbers lack or measure differently
@@ -527,14 +715,15 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
         row = chosen[0]
     else:
         row = max(candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
-    mlc = tracking.client(tracking_uri, create=False)  # read only: never a new store
+    mlc = tracker.client(tracking_uri, create=False)  # read only: never a new store
 
     if to == "best" and row.selection is not None:
         target, label = row.selection.cycle, "selected"
     else:
         target, label = row.cycles - 1, "last"
     first, best = logged_prompts(mlc, row.run_id, 0), logged_prompts(mlc, row.run_id, target)
-    out = [f"run {row.name}: prompts of cycle 0 -> {label} cycle {target}"]
+    within = f" ({row.settings})" if row.settings else ""
+    out = [f"run {row.name}{within}: prompts of cycle 0 -> {label} cycle {target}"]
     for name in sorted(set(first) | set(best)):
         diff = difflib.unified_diff(
             first.get(name, "").splitlines(),
@@ -565,8 +754,16 @@ def curves(mode: str, evolver: str, records: list[CycleRecord], split: str) -> A
 
 
 def run_histories(rows: list[RunRow]) -> list[Any]:
-    """`curves` of every row on its headline split."""
-    return [curves(r.feedback_mode, r.evolver, r.records, r.split) for r in rows]
+    """`curves` of every row on its headline split (`mode [settings]` for several groups)."""
+    return [
+        curves(
+            f"{r.feedback_mode} [{r.settings_short}]" if r.settings_short else r.feedback_mode,
+            r.evolver,
+            r.records,
+            r.split,
+        )
+        for r in rows
+    ]
 
 
 def compare(
@@ -581,6 +778,7 @@ def compare(
         raise UserError(f"experiment {experiment!r} has no evolution runs yet (run memloop evolve)")
     return {
         "rows": rows,
+        "groups": group_rows(rows),
         "table": format_rows(rows),
         "diff": prompt_diff(tracking_uri, rows, run, to),
     }

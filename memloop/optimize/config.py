@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from memloop.core.config import load_yaml_model
 from memloop.core.errors import UserError
-from memloop.feedback.summary import FeedbackMode
+from memloop.core.files import safe_name
+from memloop.feedback.objective import DEFAULT_MODE, Mode, Objective
 
 EvolverName = Literal["none", "reflective", "playbook"]
 SPLITS = ("train", "val", "test")
@@ -108,7 +109,7 @@ class EvolveConfig(_Strict):
     experiment: str | None = Field(None, description="MLflow experiment (default: file name)")
     environment: EnvSpec
     policy: str = Field(description="policy YAML, e.g. ../policies/awi.yaml")
-    feedback_modes: list[FeedbackMode] = Field(["complete"], min_length=1)
+    feedback_modes: list[Mode] = Field([DEFAULT_MODE], min_length=1)
     evolvers: list[EvolverName] = Field(["reflective"], min_length=1)
     search: str = Field(
         "episode",
@@ -116,12 +117,12 @@ class EvolveConfig(_Strict):
         "'package.module:attribute'",
     )
     cycles: int = Field(3, ge=1, description="evolution cycles (episode cadence)")
-    objective: Literal["memory_score", "state_accuracy", "memory_gain"] | None = Field(
+    objective: Objective | None = Field(
         None,
         description="what the prompt is selected on (validation users), GEPA scores candidates "
         "by and an evolver reverts on; default: state_accuracy when the agent is the embedded "
         "model (its multiple-choice step is too weak for the memory score to carry a signal), "
-        "memory_score otherwise",
+        "memory_score otherwise (feedback.objective.Objective.default_for)",
     )
     rounds: Rounds = Field(default_factory=Rounds)
     endpoints: Endpoints = Field(default_factory=Endpoints)
@@ -181,7 +182,8 @@ class EvolveConfig(_Strict):
         seen, out = set(), []
         for mode in self.feedback_modes:
             for evolver in evolvers:
-                key = ("none", "none") if "none" in (mode, evolver) else (mode, evolver)
+                evolves = Mode(mode).evolves and evolver != "none"
+                key = (mode, evolver) if evolves else ("none", "none")
                 if key not in seen:
                     seen.add(key)
                     out.append(key)
@@ -193,7 +195,8 @@ class EvolveConfig(_Strict):
 
     @property
     def output_root(self) -> Path:
-        return Path(self.out_dir or f"runs/evolve/{self.experiment_name}")
+        # a name is never a path: `experiment: ../../x` stays a folder inside runs/evolve/
+        return Path(self.out_dir or f"runs/evolve/{safe_name(self.experiment_name)}")
 
 
 class TuneConfig(_Strict):
@@ -214,10 +217,11 @@ class TuneConfig(_Strict):
         description="grid: each setting once, in random order (stops when all are done); "
         "tpe: Optuna's TPE, reseeded per run so a rerun continues the search",
     )
-    objective: Literal["memory_score", "state_accuracy", "memory_gain"] = Field(
-        "memory_score",
-        description="what trials are ranked on, on the validation users (state_accuracy "
-        "measures memory without the multiple-choice step; always defined)",
+    objective: Objective | None = Field(
+        None,
+        description="what trials are ranked on, on the validation users; default as for "
+        "evolve: state_accuracy with the embedded agent (measures memory without the "
+        "multiple-choice step; always defined), memory_score otherwise",
     )
     minimize_tokens: bool = Field(False, description="second objective: tokens per user")
     heartbeat_s: int = Field(
@@ -261,13 +265,13 @@ class TuneConfig(_Strict):
 
     @property
     def output_root(self) -> Path:
-        return Path(self.out_dir or f"runs/tune/{self.study_name}")
+        return Path(self.out_dir or f"runs/tune/{safe_name(self.study_name)}")
 
 
 def load_config(path: str | Path, cls: type[_Strict]) -> Any:
     """Read an experiment YAML; the files it names follow the one rule (relative to its folder)."""
     path = Path(path)
-    config = load_yaml_model(cls, path, path_keys=_PATH_KEYS)
+    config: Any = load_yaml_model(cls, path, path_keys=_PATH_KEYS)
     config.source = str(path)
     named = [("policy", config.policy), ("environment.path", config.environment.path)]
     named += [(f"endpoints.{role}", ref) for role, ref in config.endpoints.model_dump().items()]

@@ -18,67 +18,30 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, file_sha256, json_sha256, run_folder_lock
-from memloop.environment.catalogue import catalogue_sha256
+from memloop.core.files import atomic_write_json, json_sha256, safe_name
 from memloop.environment.data import UserItem
-from memloop.environment.datafile import load_items, local_path
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.evaluate import EvaluationResult, run_evaluation, run_evaluation_groups
-from memloop.feedback.records import SCORER_VERSION, QuestionRecord
+from memloop.feedback.objective import Mode, Objective
+from memloop.feedback.records import QuestionRecord
 from memloop.feedback.summary import SummaryReport, episode_summary
 from memloop.llm.client import ChatClient
 from memloop.llm.roles import RoleClients
-from memloop.optimize import tracking
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
 from memloop.optimize.evolver_registry import make_evolver
 from memloop.optimize.evolvers import Evolver
 from memloop.optimize.store import CycleStore
+from memloop.runs import tracker
+from memloop.runs.folder import open_run_folder
+from memloop.runs.inputs import load_environment, load_policy, roles
+from memloop.runs.spec import RunSpec
 
 # ---------------------------------------------------------------- inputs
 
 
-def load_environment(spec: EnvSpec) -> tuple[list[UserItem], dict[str, Any]]:
-    """The items and a description for params and run keys.
-
-    A data file is described by its path and sha256; a procedural environment by its arguments
-    and the sha256 of the catalogue it draws from, so an edited catalogue is a new environment.
-    """
-    if spec.path:
-        local = local_path(spec.path)  # an hf:// reference: its file in the Hugging Face cache
-        return load_items(local), {"path": spec.path, "sha256": file_sha256(local)}
-    from memloop.environment.procedural import ProceduralSpec, generate_procedural
-
-    assert spec.procedural is not None  # EnvSpec requires exactly one of path / procedural
-    args = spec.procedural.model_dump()
-    return generate_procedural(**args), {"procedural": ProceduralSpec(**args).describe()}
-
-
-def load_policy(path: str | Path) -> Any:
-    """A policy YAML's config; a plug-in's class must have every method of the Policy contract.
-
-    The full conformance suite is `memloop policy check`; this refuses, in one line and before
-    anything runs, a class that cannot be one.
-    """
-    from memloop.environment.policy_check import missing_members
-    from memloop.policies import PluginConfig, load_policy_config, registry
-
-    config = load_policy_config(path)
-    if isinstance(config, PluginConfig):
-        cls = registry.plugin_class(config)
-        missing = missing_members(cls)
-        if missing:
-            raise UserError(
-                f"{path}: key 'type': {cls.__name__} does not meet the Policy contract: it has no "
-                f"{', '.join(missing)} (memloop policy check {path} lists every promise)"
-            )
-    return config
-
-
 def role_clients(endpoints: Any) -> RoleClients:
-    return RoleClients.from_files(
-        endpoints.agent, endpoints.user_sim, endpoints.checker, endpoints.optimizer
-    )
+    return roles(endpoints.agent, endpoints.user_sim, endpoints.checker, endpoints.optimizer)
 
 
 def split_users(
@@ -179,79 +142,44 @@ class RunContext:
         self.initial_prompts = policy_prompts(
             self.policy_config, self.clients.agent, self._build_policy
         )
-        self.objective = config.objective or (
-            "state_accuracy" if self.clients.agent.endpoint.is_local else "memory_score"
+        self.objective = Objective.of(config.objective, self.clients.agent.endpoint.is_local)
+        self.spec = RunSpec(
+            kind="evolve",
+            experiment=config.experiment_name,
+            environment=self.env_desc,
+            users={split: [i.id for i in items] for split, items in self.users.items()},
+            policy=self.policy_config.model_dump(mode="json"),
+            # the prompts a run starts from: edited default prompts are a new run
+            prompts_sha256=json_sha256(self.initial_prompts),
+            endpoints=self.clients.identity(),
+            evaluation={
+                "rounds": config.rounds.model_dump(),
+                "periods": config.environment.periods,
+                "summary": {
+                    "max_questions": config.summary_max_questions,
+                    "max_chars": config.summary_max_chars,
+                },
+            },
+            mode=mode,
+            objective=self.objective,
+            optimizer={"evolver": evolver, "search": search_spec},
+            seed=config.seed,
+            repeat=repeat,
         )
-        self.key = json_sha256(self.identity())
+        self.key = self.spec.key()
         self.name = f"{self.policy_config.display_name}-{mode}-{evolver}"
         if search != "episode":
             self.name += f"-{search}"
         if repeat:
             self.name += f"-r{repeat}"
-        self.run_dir = config.output_root / f"{self.name}-{self.key[:8]}"
+        # a policy's name is never a path: the folder stays inside output_root
+        self.run_dir = config.output_root / f"{safe_name(self.name)}-{self.key[:8]}"
         self.store = CycleStore(self.run_dir)
-        self.prompt_registry_name = tracking.prompt_name(config.experiment_name, self.name)
+        self.prompt_registry_name = tracker.prompt_name(config.experiment_name, self.name)
 
     @property
     def train(self) -> list[UserItem]:
         return self.users["train"]
-
-    # -- identity --------------------------------------------------------------------------
-
-    def identity(self) -> dict[str, Any]:
-        """Everything that defines this condition's numbers; its hash is the run key."""
-        config = self.config
-        return {
-            "experiment": config.experiment_name,
-            "env": self.env_desc,
-            "users": {split: [i.id for i in items] for split, items in self.users.items()},
-            "policy": self.policy_config.model_dump(mode="json"),
-            # the prompts a run starts from: edited default prompts are a new run
-            "initial_prompts_sha256": json_sha256(self.initial_prompts),
-            "mode": self.mode,
-            "evolver": self.evolver_name,
-            "search": self.search_spec,
-            "rounds": config.rounds.model_dump(),
-            "periods": config.environment.periods,
-            "endpoints": self.clients.public(),
-            "summary": {
-                "max_questions": config.summary_max_questions,
-                "max_chars": config.summary_max_chars,
-            },
-            "seed": config.seed,
-            "scorer_version": SCORER_VERSION,
-            "catalogue_sha256": catalogue_sha256(),
-            # repeat 0 keeps the key of a run without repeats: adding repeats later reuses it
-            **({"repeat": self.repeat} if self.repeat else {}),
-            # the memory score was the only objective once: those runs keep their keys
-            **({"objective": self.objective} if self.objective != "memory_score" else {}),
-        }
-
-    def params(self) -> dict[str, Any]:
-        from memloop.optimize.spec import git_revision, versions
-
-        sizes = {f"{s}_users": len(items) for s, items in self.users.items()}
-        return {
-            "config": self.config.model_dump(mode="json", exclude={"source"}),
-            "condition": {
-                "feedback_mode": self.mode,
-                "evolver": self.evolver_name,
-                "search": self.search_name,
-                "policy": self.policy_config.display_name,
-                "repeat": self.repeat,
-                "objective": self.objective,
-            },
-            "search_spec": self.search_spec,
-            "policy_config": self.policy_config.model_dump(mode="json"),
-            "data": self.env_desc,
-            "splits": sizes,
-            "models": {r: e["model"] for r, e in self.clients.public().items()},
-            "seed": self.config.seed,
-            "scorer_version": SCORER_VERSION,
-            "catalogue_sha256": catalogue_sha256(),
-            "git_revision": git_revision(),
-            "versions": versions(),
-        }
 
     # -- evaluation ------------------------------------------------------------------------
 
@@ -281,7 +209,7 @@ class RunContext:
         return run_evaluation_groups(groups, self.factory(prompts), out, **self._eval_options())
 
     def make_evolver(self) -> Evolver:
-        name = self.evolver_name if self.mode != "none" else "none"
+        name = self.evolver_name if Mode(self.mode).evolves else "none"
         return make_evolver(name, self.clients.optimizer.fork())
 
     def summary(
@@ -306,26 +234,24 @@ class RunContext:
         folder is this process's meanwhile: a second live `evolve` of the same condition is
         refused in one line (core.files.run_folder_lock).
         """
-        with run_folder_lock(self.run_dir, "memloop evolve"):
+        with open_run_folder(self.run_dir, self.spec, "memloop evolve", option="run folder"):
             return self._run(cycles)
 
     def _run(self, cycles: Iterable[CycleRecord]) -> RunOutcome:
-        mlc = tracking.client(self.config.tracking_uri)
-        exp = tracking.experiment_id(mlc, self.config.experiment_name, self.config.tracking_uri)
-        run_id, resumed = tracking.open_run(
+        mlc = tracker.client(self.config.tracking_uri)
+        exp = tracker.experiment_id(mlc, self.config.experiment_name, self.config.tracking_uri)
+        run_id, resumed = tracker.open_run(
             mlc,
             exp,
             self.key,
             self.name,
-            self.params(),
+            self.spec.params(),
             tags={
-                "memloop.feedback_mode": self.mode,
+                **self.spec.tags(),
                 "memloop.evolver": self.evolver_name,
                 "memloop.search": self.search_name,
                 "memloop.policy": self.policy_config.display_name,
                 "memloop.prompt_name": self.prompt_registry_name,
-                "memloop.repeat": str(self.repeat),
-                "memloop.objective": self.objective,
             },
         )
         outcome = RunOutcome(
@@ -337,7 +263,6 @@ class RunContext:
             resumed=resumed,
             repeat=self.repeat,
         )
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(
             self.run_dir / "run.json", {"run_id": run_id, "key": self.key, "name": self.name}
         )
@@ -347,11 +272,11 @@ class RunContext:
                 versions[record.cycle] = self.log_cycle(mlc, run_id, record)
                 outcome.cycles.append(record)
         except BaseException:
-            tracking.finish_run(mlc, run_id, "KILLED")
+            tracker.finish_run(mlc, run_id, "KILLED")
             raise
         outcome.selection = select_cycle(outcome.cycles, self.objective)
         self.log_selection(mlc, run_id, outcome, versions)
-        tracking.finish_run(mlc, run_id)
+        tracker.finish_run(mlc, run_id)
         return outcome
 
     def log_cycle(self, mlc: Any, run_id: str, record: CycleRecord) -> int | None:
@@ -360,13 +285,13 @@ class RunContext:
         Returns the version, or None when the search recorded no prompts for the cycle.
         """
         k = record.cycle
-        tracking.log_metrics(mlc, run_id, record.metrics(), step=k)
+        tracker.log_metrics(mlc, run_id, record.metrics(), step=k)
         for folder, text in self.store.artifacts(k).items():
-            tracking.log_text(mlc, run_id, text, f"{folder}/cycle_{k:02d}.json")
+            tracker.log_text(mlc, run_id, text, f"{folder}/cycle_{k:02d}.json")
         prompts = self.store.saved_prompts(k)
         if prompts is None:
             return None
-        return tracking.register_prompt(
+        return tracker.register_prompt(
             mlc,
             self.prompt_registry_name,
             prompts,
@@ -385,7 +310,7 @@ class RunContext:
             return
         version = versions.get(chosen.cycle)
         if self.initial_prompts and version is not None:
-            tracking.set_best(mlc, self.prompt_registry_name, version)
+            tracker.set_best(mlc, self.prompt_registry_name, version)
         record = outcome.cycles[chosen.cycle]
         step = len(outcome.cycles) - 1
         metrics: dict[str, float | None] = {"selected_cycle": float(chosen.cycle)}
@@ -393,7 +318,7 @@ class RunContext:
             metrics.update(
                 {f"headline_test_{m}": record.score("test", m) for m in (*CYCLE_METRICS, "users")}
             )
-        tracking.log_metrics(mlc, run_id, metrics, step=step)
+        tracker.log_metrics(mlc, run_id, metrics, step=step)
         mlc.set_tag(run_id, "memloop.selection", f"cycle {chosen.cycle}: {chosen.rule}")
 
 

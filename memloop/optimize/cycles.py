@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.feedback.summary import SummaryReport
 
@@ -120,8 +121,7 @@ class CycleRecord(BaseModel):
         return None if result is None else getattr(result, metric)
 
 
-Objective = Literal["memory_score", "state_accuracy", "memory_gain"]
-OBJECTIVES: tuple[str, ...] = ("memory_score", "state_accuracy", "memory_gain")
+OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
 
 
 class Selection(BaseModel):
@@ -130,11 +130,11 @@ class Selection(BaseModel):
     cycle: int
     rule: str  # "best val_state_accuracy" or "last cycle (no validation score)"
     val_memory_score: float | None = None
-    objective: str = "memory_score"  # what the cycles were ranked on
+    objective: Objective = LEGACY_OBJECTIVE  # what the cycles were ranked on
     val_objective: float | None = None  # its value on the validation users
 
 
-def select_cycle(records: list[CycleRecord], objective: str = "memory_score") -> Selection | None:
+def select_cycle(records: list[CycleRecord], objective: str) -> Selection | None:
     """The cycle with the best validation `objective` (the earliest on a tie).
 
     Without validation users (or while no validation value is defined) the last cycle: no choice

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from memloop.feedback.objective import Mode
 from memloop.feedback.report import collect
 from memloop.optimize.cycles import CycleRecord
 
@@ -80,7 +81,7 @@ class EpisodeSearch:
                     splits=split_results(results),
                     tokens=usage_tokens(results.values()),
                     seconds=round(time.perf_counter() - started, 1),
-                    feedback=report if ctx.mode != "none" else None,
+                    feedback=report if Mode(ctx.mode).evolves else None,
                 )
                 store.save(record)
             history.append((dict(prompts), record.score("val", ctx.objective)))

@@ -20,6 +20,7 @@ from memloop.core.files import safe_name
 from memloop.environment.episode import EpisodeRunner, PeriodRecord
 from memloop.environment.simulator import UserSimulator
 from memloop.feedback.calibration import checker_calibration
+from memloop.feedback.objective import Mode
 from memloop.feedback.probes import Prober
 from memloop.feedback.report import collect, period_metrics
 from memloop.feedback.summary import budgeted_summary
@@ -122,7 +123,7 @@ class PeriodSearch:
             cycle=p,
             splits={"train": SplitResult.from_metrics(train), **split_results(held)},
             tokens=tokens,
-            feedback=report if ctx.mode != "none" else None,
+            feedback=report if Mode(ctx.mode).evolves else None,
         )
         if not last:
             step = evolver.propose(prompts, summary, cycle=p)

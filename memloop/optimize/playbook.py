@@ -171,7 +171,8 @@ class PlaybookEvolver:
         screened_tokens = 0
         for name, text in sorted(base.items()):
             core, rules = split_playbook(text)
-            options, problems = [], []
+            options: list[Any] = []
+            problems: list[str] = []
             for delta in self._deltas(name, core, rules, counts, feedback, cycle):
                 if isinstance(delta, str):
                     problems.append(delta)

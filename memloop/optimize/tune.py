@@ -24,14 +24,13 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256, sqlite_file, store_lock
 from memloop.core.tables import format_table
-from memloop.environment.catalogue import catalogue_sha256
-from memloop.optimize import tracking
+from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
 from memloop.optimize.context import (
     evaluation_options,
@@ -39,11 +38,14 @@ from memloop.optimize.context import (
     role_clients,
     split_users,
 )
+from memloop.runs import tracker
+from memloop.runs.spec import RunSpec, differences
 
 PARAMS = ("update_freq", "short_term_len", "top_k")
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
 TRIAL_METRICS = ("memory_score", "state_accuracy", "memory_gain", "overall", "factual_recall")
-IDENTITY_ATTR = "memloop.identity"
+OLD_IDENTITY_ATTR = "memloop.identity"  # before run specs: a key only
+SPEC_ATTR = "memloop.run_spec"
 INTERRUPTED_ATTR = "memloop.interrupted"  # system attribute of a trial stopped by Ctrl-C
 RERUN_ATTR = "memloop.rerun_of"  # user attribute: the number of the interrupted trial it reruns
 
@@ -61,6 +63,7 @@ class TuneOutcome:
     pareto_plot: Path | None = None
     exhausted: bool = False
     notes: list[str] = field(default_factory=list)
+    objective: Objective = LEGACY_OBJECTIVE  # what `trials[i]["objective"]` holds
 
 
 def _storage(config: TuneConfig):
@@ -127,11 +130,17 @@ def make_sampler(config: TuneConfig, trials_so_far: int):
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def open_study(config: TuneConfig, identity: dict[str, Any]):
-    """The study (created or continued); refuses one made for other settings."""
+def open_study(config: TuneConfig, spec: RunSpec):
+    """The study (created or continued); refuses one made for other settings.
+
+    The refusal is one line naming what changed (environment, users, policy, grid, ...): Optuna
+    cannot change a parameter's choices within a study.
+    """
     import optuna
 
-    directions = ["maximize", "minimize"] if config.minimize_tokens else ["maximize"]
+    directions: list[Literal["maximize", "minimize"]] = (
+        ["maximize", "minimize"] if config.minimize_tokens else ["maximize"]
+    )
     with store_lock(config.storage):  # two workers on a fresh sqlite file would both create it
         study = optuna.create_study(
             study_name=config.study_name,
@@ -144,15 +153,19 @@ def open_study(config: TuneConfig, identity: dict[str, Any]):
             f"{config.source}: key 'minimize_tokens': study {config.study_name} has "
             f"{len(study.directions)} objective(s); name a new study to change it"
         )
-    key = json_sha256(identity)
-    found = study.user_attrs.get(IDENTITY_ATTR)
+    found = study.user_attrs.get(SPEC_ATTR)
+    if found is None and (study.trials or OLD_IDENTITY_ATTR in study.user_attrs):
+        raise UserError(
+            f"{config.source}: study {config.study_name!r} in {config.storage} was made by an "
+            "older memloop (no run spec recorded); set `study:` to a new name"
+        )
     if found is None:
-        study.set_user_attr(IDENTITY_ATTR, key)
-    elif found != key:
+        study.set_user_attr(SPEC_ATTR, spec.identity())
+    elif found != spec.identity():
+        changed = differences(found, spec.identity())
         raise UserError(
             f"{config.source}: study {config.study_name!r} in {config.storage} was made with "
-            "other settings (environment, users, policy, rounds or endpoints); set `study:` to "
-            "a new name"
+            f"other settings (changed: {', '.join(changed)}); set `study:` to a new name"
         )
     study.sampler = make_sampler(config, len(study.trials))
     return study
@@ -239,26 +252,39 @@ class Tuner:
         self.clients = clients or role_clients(config.endpoints)
         self.builder = builder
         self.added = 0  # trials this invocation finished (other workers add theirs)
+        self.ranked_on = Objective.of(config.objective, self.clients.agent.endpoint.is_local)
+        self.study_spec = self.spec()
 
-    def identity(self) -> dict[str, Any]:
-        from memloop.feedback.records import SCORER_VERSION
+    def spec(self) -> RunSpec:
+        """The study's identity: what its trials' numbers depend on, the grid included."""
         from memloop.policies import policy_prompts
 
-        return {
-            "env": self.env_desc,
-            "users": {s: [i.id for i in items] for s, items in self.users.items()},
-            "policy": self.base.model_dump(mode="json"),
+        config = self.config
+        return RunSpec(
+            kind="tune",
+            experiment=config.experiment_name,
+            environment=self.env_desc,
+            users={s: [i.id for i in items] for s, items in self.users.items()},
+            policy=self.base.model_dump(mode="json"),
             # the prompts it starts from: an edited default prompt is another study
-            "prompts_sha256": json_sha256(
-                policy_prompts(self.base, self.clients.agent, self.builder)
-            ),
-            "rounds": self.config.rounds.model_dump(),
-            "periods": self.config.environment.periods,
-            "endpoints": self.clients.public(),
-            "scorer_version": SCORER_VERSION,
-            "catalogue_sha256": catalogue_sha256(),
-            "objective": self.config.objective,
-        }
+            prompts_sha256=json_sha256(policy_prompts(self.base, self.clients.agent, self.builder)),
+            endpoints=self.clients.identity(),
+            evaluation={
+                "rounds": config.rounds.model_dump(),
+                "periods": config.environment.periods,
+            },
+            objective=self.ranked_on,
+            optimizer={
+                "name": "optuna",
+                "study": config.study_name,
+                "grid": {k: list(getattr(config, k)) for k in PARAMS},
+            },
+        )
+
+    def trial_spec(self, params: dict[str, int]) -> RunSpec:
+        """A trial's identity: the study's, with the trial's setting in the policy."""
+        policy = self.base.model_copy(update={**params, "name": None}).model_dump(mode="json")
+        return self.study_spec.model_copy(update={"kind": "tune_trial", "policy": policy})
 
     def evaluate(self, split: str, params: dict[str, int]):
         from memloop.feedback.evaluate import run_evaluation
@@ -278,31 +304,23 @@ class Tuner:
 
         config = self.config
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        identity = self.identity()
-        study = open_study(config, identity)
+        study = open_study(config, self.study_spec)
         default = {k: config.default_trial[k] for k in PARAMS}
         # under the lock: two workers starting together would both enqueue a trial
         with store_lock(config.storage):
             requeue_interrupted(study)  # a trial stopped by Ctrl-C first
             study.enqueue_trial(default, skip_if_exists=True)  # then the paper's default
 
-        mlc = tracking.client(config.tracking_uri)
-        exp = tracking.experiment_id(mlc, config.experiment_name, config.tracking_uri)
-        parent_key = json_sha256({"study": config.study_name, "storage": config.storage})
-        parent_id, _ = tracking.open_run(
+        mlc = tracker.client(config.tracking_uri)
+        exp = tracker.experiment_id(mlc, config.experiment_name, config.tracking_uri)
+        parent_key = self.study_spec.key()
+        parent_id, _ = tracker.open_run(
             mlc,
             exp,
             parent_key,
             f"tune-{config.study_name}",
-            {
-                "config": config.model_dump(mode="json", exclude={"source"}),
-                "data": self.env_desc,
-                "splits": {f"{s}_users": len(v) for s, v in self.users.items()},
-                "models": {r: e["model"] for r, e in self.clients.public().items()},
-                "scorer_version": identity["scorer_version"],
-                "catalogue_sha256": identity["catalogue_sha256"],
-            },
-            tags={"memloop.kind": "tune", "memloop.study": config.study_name},
+            self.study_spec.params(),
+            tags={**self.study_spec.tags(), "memloop.study": config.study_name},
         )
         try:
             study.optimize(
@@ -312,9 +330,9 @@ class Tuner:
                 show_progress_bar=False,
             )
         except BaseException:
-            tracking.finish_run(mlc, parent_id, "KILLED")
+            tracker.finish_run(mlc, parent_id, "KILLED")
             raise
-        outcome = summarize_study(study, config, self.added)
+        outcome = summarize_study(study, config, self.added, self.ranked_on)
         if config.sampler == "grid":
             # every setting has a complete trial; the sampler also stops when the rest failed
             unfinished = unfinished_settings(study, config)
@@ -331,7 +349,7 @@ class Tuner:
             outcome.pareto_plot = config.output_root / "pareto.png"
             plot_pareto(outcome, outcome.pareto_plot)
             mlc.log_artifact(parent_id, str(outcome.pareto_plot))
-        tracking.finish_run(mlc, parent_id)
+        tracker.finish_run(mlc, parent_id)
         return outcome
 
     def objective(self, trial, mlc, exp: str, parent_id: str, parent_key: str):
@@ -351,28 +369,33 @@ class Tuner:
             "short_term_len": trial.suggest_categorical("short_term_len", config.short_term_len),
             "top_k": trial.suggest_categorical("top_k", config.top_k),
         }
-        run_id, _ = tracking.open_run(
+        spec = self.trial_spec(params)
+        run_id, _ = tracker.open_run(
             mlc,
             exp,
-            json_sha256({"parent": parent_key, "params": params}),
+            spec.key(),
             f"trial-{trial.number}-{_folder(params)}",
-            {"trial": trial.number, **params},
-            tags={"memloop.kind": "tune-trial", "memloop.study": config.study_name},
+            spec.params(),
+            tags={
+                **spec.tags(),
+                "memloop.study": config.study_name,
+                "memloop.trial": str(trial.number),
+            },
             parent_run_id=parent_id,
         )
         started = time.perf_counter()
         try:
             result = self.evaluate("val", params)
         except BaseException:
-            tracking.finish_run(mlc, run_id, "FAILED")
+            tracker.finish_run(mlc, run_id, "FAILED")
             raise
         m = result.metrics
         tokens = sum(m["usage"].values()) / max(1, m["users"])
-        objective = self.config.objective
+        objective = self.ranked_on
         if m[objective] is None:
             # The upper bound depends on the users and the endpoint, not on the trial: every
             # trial would be undefined too, so no choice between them can be made.
-            tracking.finish_run(mlc, run_id, "FAILED")
+            tracker.finish_run(mlc, run_id, "FAILED")
             raise UserError(
                 f"the {objective} is undefined on the {m['users']} validation users (the upper "
                 "bound never beats random on them): no trial can be ranked; add validation "
@@ -383,7 +406,7 @@ class Tuner:
             trial.set_user_attr(key, m[key])
         trial.set_user_attr("tokens_per_user", tokens)
         trial.set_user_attr("run_id", run_id)
-        tracking.log_metrics(
+        tracker.log_metrics(
             mlc,
             run_id,
             {
@@ -395,8 +418,8 @@ class Tuner:
             },
             step=0,
         )
-        tracking.finish_run(mlc, run_id)
-        tracking.log_metrics(mlc, parent_id, {f"val_{objective}": score}, step=trial.number)
+        tracker.finish_run(mlc, run_id)
+        tracker.log_metrics(mlc, parent_id, {f"val_{objective}": score}, step=trial.number)
         self.added += 1
         return (score, tokens) if config.minimize_tokens else score
 
@@ -411,7 +434,7 @@ class Tuner:
             **params,
             **{k: m[k] for k in (*TRIAL_METRICS, "users")},
         }
-        tracking.log_metrics(
+        tracker.log_metrics(
             mlc,
             parent_id,
             {
@@ -442,7 +465,9 @@ def run_tune(
         return Tuner(config, progress=progress, clients=clients, builder=builder).run()
 
 
-def summarize_study(study, config: TuneConfig, added: int) -> TuneOutcome:
+def summarize_study(
+    study, config: TuneConfig, added: int, objective: Objective = LEGACY_OBJECTIVE
+) -> TuneOutcome:
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
 
@@ -475,7 +500,9 @@ def summarize_study(study, config: TuneConfig, added: int) -> TuneOutcome:
         best = sorted((r for r in rows if r["number"] in best_numbers), key=rank)
     retried = sum(1 for t in study.trials if Retry.retried_trial_number(t) is not None)
     rerun = sum(1 for t in done if RERUN_ATTR in t.user_attrs)
-    return TuneOutcome(config.study_name, config.storage, rows, best, added, retried, rerun)
+    return TuneOutcome(
+        config.study_name, config.storage, rows, best, added, retried, rerun, objective=objective
+    )
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -493,7 +520,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 def plot_pareto(outcome: TuneOutcome, path: Path) -> None:
-    """Validation memory score vs tokens per user, one point per trial, the front joined."""
+    """Validation objective vs tokens per user, one point per trial, the front joined."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -522,7 +549,7 @@ def plot_pareto(outcome: TuneOutcome, path: Path) -> None:
         )
     ax.set(
         xlabel="tokens per user",
-        ylabel="validation memory score",
+        ylabel=f"validation {outcome.objective.label}",
         title=f"{outcome.study_name}: AWE-(freq, ns, topk)",
     )
     ax.legend(fontsize=8)
@@ -539,7 +566,7 @@ def format_outcome(outcome: TuneOutcome) -> str:
             r["update_freq"],
             r["short_term_len"],
             r["top_k"],
-            r["memory_score"],
+            r["objective"],
             r["overall"],
             r["factual_recall"],
             None if r["tokens_per_user"] is None else round(r["tokens_per_user"]),
@@ -562,7 +589,7 @@ def format_outcome(outcome: TuneOutcome) -> str:
                 "update_freq",
                 "short_term_len",
                 "top_k",
-                "val mem_score",
+                f"val {outcome.objective.label}",
                 "val overall",
                 "val recall",
                 "tokens/user",
@@ -571,7 +598,7 @@ def format_outcome(outcome: TuneOutcome) -> str:
             align="r" * 8,
         ),
         "* best trial(s) on validation users"
-        + (" (Pareto front: memory score vs tokens)" if len(best) > 1 else ""),
+        + (f" (Pareto front: {outcome.objective.label} vs tokens)" if len(best) > 1 else ""),
     ]
     if outcome.exhausted:
         lines.append("the grid is exhausted: every setting has a complete trial")

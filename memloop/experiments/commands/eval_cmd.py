@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,20 +87,18 @@ def positive(name: str, value: int | None) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    import contextlib
-
     from memloop.core.errors import UserError
-    from memloop.core.files import atomic_write_json, file_sha256, json_sha256, run_folder_lock
+    from memloop.core.files import file_sha256, json_sha256
     from memloop.environment.datafile import load_items, local_path
     from memloop.environment.episode import requests_sent, run_episodes
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
     from memloop.feedback.report import format_metrics
-    from memloop.llm.roles import RoleClients
-    from memloop.optimize.context import load_policy
-    from memloop.optimize.spec import run_spec
     from memloop.policies import build_policy, policy_prompts, recorder_config
+    from memloop.runs.folder import open_run_folder
+    from memloop.runs.inputs import load_policy, roles
+    from memloop.runs.spec import RunSpec
 
     for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
         positive(name.replace("_", "-"), getattr(args, name))
@@ -113,16 +110,15 @@ def run_eval(args: argparse.Namespace) -> int:
     most = max((it.num_periods for it in items), default=0)
     if args.periods and args.periods > most:
         raise UserError(f"--periods {args.periods}: {args.env} has at most {most} periods")
+    # every period of every user: --periods equal to the longest episode is no --periods
+    periods = args.periods if args.periods and args.periods < most else None
     config = load_policy(args.policy)
     if args.record_only:
         if args.replay:
             raise UserError("--record-only records conversations; it cannot also --replay one")
         config = recorder_config(config)
-    clients = RoleClients.from_files(
-        args.endpoint,
-        args.sim_endpoint or args.endpoint,
-        args.checker_endpoint or args.endpoint,
-        cache=args.cache or "default",
+    clients = roles(
+        args.endpoint, args.sim_endpoint, args.checker_endpoint, cache=args.cache or "default"
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -133,32 +129,23 @@ def run_eval(args: argparse.Namespace) -> int:
             raise UserError(
                 f"--replay {args.replay}: must differ from --out (it would be overwritten)"
             )
-        replay_from = check_recording(items, args.replay, args.periods)
-    spec = run_spec(
-        command="eval",
-        env=str(args.env),
-        env_sha256=file_sha256(local_path(args.env)),
-        users=[it.id for it in items],
-        periods=args.periods,
+        replay_from = check_recording(items, args.replay, periods)
+    spec = RunSpec(
+        kind="eval",
+        environment={"path": str(args.env), "sha256": file_sha256(local_path(args.env))},
+        users={"eval": [it.id for it in items]},
         policy=config.model_dump(mode="json"),
         # the prompts it starts from: an edited default prompt is another run
         prompts_sha256=json_sha256(policy_prompts(config, clients.agent)),
-        endpoints=clients.public(),
-        rounds={"init": args.rounds_init, "update": args.rounds_update},
-        replay=str(replay_from) if replay_from else None,
-        record_only=bool(args.record_only),
+        endpoints=clients.identity(),
+        evaluation={
+            "periods": periods,
+            "rounds": {"init": args.rounds_init, "update": args.rounds_update},
+            "replay": str(replay_from) if replay_from else None,
+            "record_only": bool(args.record_only),
+        },
     )
-    same_run_or_refuse(out, spec, force=args.force)  # before anything is written
-    folder = contextlib.ExitStack()
-    try:
-        folder.enter_context(run_folder_lock(out, "memloop eval"))
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write there ({exc.strerror})") from None
-    with folder:  # a second live eval in this folder is refused until this one ends
-        same_run_or_refuse(out, spec, force=args.force)  # again, now that no other eval can write
-        if args.force:
-            _delete_run_files(out)
-        atomic_write_json(out / "spec.json", spec, indent=2)
+    with open_run_folder(out, spec, "memloop eval", run_files=RUN_FILES, force=args.force):
         sim_config = SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update)
         if args.record_only:
             episodes = run_episodes(
@@ -168,11 +155,11 @@ def run_eval(args: argparse.Namespace) -> int:
                 out / "episodes",
                 sim_client=clients.user_sim,
                 sim_config=sim_config,
-                periods=args.periods,
+                periods=periods,
                 max_users_in_parallel=args.parallel_users,
             )
-            periods = sum(len(e.records) for e in episodes)
-            print(f"recorded {len(episodes)} users, {periods} periods in {out / 'episodes'}")
+            done = sum(len(e.records) for e in episodes)
+            print(f"recorded {len(episodes)} users, {done} periods in {out / 'episodes'}")
             print(f"new model requests this run: {requests_sent(episodes)}")
             print(f"score a policy on it: memloop eval --replay {out} --policy YAML --out DIR ...")
             return 0
@@ -184,7 +171,7 @@ def run_eval(args: argparse.Namespace) -> int:
             sim_client=clients.user_sim,
             checker_client=clients.checker,
             sim_config=sim_config,
-            periods=args.periods,
+            periods=periods,
             max_users_in_parallel=args.parallel_users,
             replay_from=replay_from,
         )
@@ -196,89 +183,8 @@ def run_eval(args: argparse.Namespace) -> int:
     return junk_verdict(result.metrics)
 
 
-# what makes an eval's numbers: a rerun into the same --out must match on every one
-IDENTITY = (
-    "env_sha256",
-    "users",
-    "periods",
-    "policy",
-    "prompts_sha256",
-    "endpoints",
-    "rounds",
-    "replay",
-    "record_only",
-)
-RUN_FILES = ("spec.json", "metrics.json", "records.jsonl", "per_period.png", "episodes")
-
-
-def same_run_or_refuse(out: Path, spec: dict, *, force: bool) -> None:
-    """Resume only the same work; start over (`force`) only on memloop's own eval run.
-
-    Refused in one line, before anything is written or deleted: run files beside no spec.json or
-    beside a spec.json memloop eval did not write (neither resumed nor deleted by --force), and,
-    without `force`, a run with other settings (naming what differs). With `force` the caller then
-    deletes the run's files (damaged checkpoints included).
-    """
-    from memloop.core.errors import UserError
-
-    path = out / "spec.json"
-    if not path.is_file():
-        if any((out / name).exists() for name in RUN_FILES):
-            raise UserError(
-                f"--out {out}: holds files memloop did not write (no spec.json); "
-                "choose another --out or remove them yourself"
-            )
-        return
-    before = _eval_spec(path)
-    if force:
-        return
-    now = {**spec["components"], "scorer_version": spec["scorer_version"]}
-    differs = [k for k in (*IDENTITY, "scorer_version") if before.get(k) != now.get(k)]
-    if differs:
-        raise UserError(
-            f"--out {out}: holds a run with other settings (changed: {', '.join(differs)}); "
-            "choose another --out, or --force to start over there"
-        )
-
-
-def _eval_spec(path: Path) -> dict[str, Any]:
-    """The identity a memloop eval recorded in `path` (its components and scorer version).
-
-    Anything else (unreadable, not JSON, not the structure memloop eval writes) is refused in one
-    line: the folder is not memloop's to resume or to delete.
-    """
-    import json
-
-    from memloop.core.errors import UserError
-
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        problem = f"{path.name} is unreadable: {exc}"
-    else:
-        if (
-            isinstance(old, dict)
-            and isinstance(old.get("components"), dict)
-            and "scorer_version" in old
-        ):
-            return {**old["components"], "scorer_version": old["scorer_version"]}
-        problem = f"{path.name} has no components and scorer_version: not memloop eval's"
-    raise UserError(
-        f"--out {path.parent}: holds files memloop did not write ({problem}); "
-        "choose another --out or remove them yourself"
-    )
-
-
-def _delete_run_files(out: Path) -> None:
-    """The files of an eval run in `out` (nothing else the folder holds)."""
-    import shutil
-
-    for name in RUN_FILES:
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+# the files an eval run writes in its --out folder (--force deletes these and nothing else)
+RUN_FILES = ("metrics.json", "records.jsonl", "per_period.png", "episodes")
 
 
 JUNK_SHARE = 0.2  # above this share of unparsed answers a run's numbers describe the endpoint

@@ -131,38 +131,50 @@ def mlflow_metrics(metrics: dict[str, Any]) -> dict[int, dict[str, float | None]
     return steps
 
 
+def import_spec(metrics: dict[str, Any], experiment: str) -> Any:
+    """An import's RunSpec: its source folders and what it holds (the same content, one run)."""
+    from memloop.core.files import json_sha256
+    from memloop.runs.spec import RunSpec
+
+    source = metrics["imported_from"]
+    return RunSpec(
+        kind="import",
+        experiment=experiment,
+        environment={"amemgym_run": source["run_dir"], "format": source["format"]},
+        users={"imported": sorted(metrics["per_user"])},
+        policy={"upper_bound_dir": source["upper_bound_dir"], "diagnosis": source["diagnosis"]},
+        endpoints={},
+        evaluation={
+            "periods": metrics["periods"],
+            "content_sha256": json_sha256(metrics),
+        },
+        scorer_version=metrics["scorer_version"],
+    )
+
+
 def log_import(metrics: dict[str, Any], tracking_uri: str, experiment: str) -> str:
     """Log an import as one MLflow run (the same content again finds the same run); its id."""
     import json
 
-    from memloop.core.files import json_sha256
-    from memloop.optimize import tracking
+    from memloop.runs import tracker
 
-    source = metrics["imported_from"]
-    mlc = tracking.client(tracking_uri)
-    exp = tracking.experiment_id(mlc, experiment, tracking_uri)
-    run_id, _ = tracking.open_run(
+    spec = import_spec(metrics, experiment)
+    mlc = tracker.client(tracking_uri)
+    exp = tracker.experiment_id(mlc, experiment, tracking_uri)
+    run_id, _ = tracker.open_run(
         mlc,
         exp,
-        f"import-amemgym:{json_sha256(metrics)[:16]}",
-        f"amemgym-import:{Path(source['run_dir']).name}",
-        {
-            "source_format": source["format"],
-            "run_dir": source["run_dir"],
-            "upper_bound_dir": source["upper_bound_dir"],
-            "diagnosis": source["diagnosis"],
-            "scorer_version": metrics["scorer_version"],
-            "users": metrics["users"],
-            "periods": metrics["periods"],
-        },
-        tags={"memloop.source": "amemgym-import"},
+        spec.key(),
+        f"amemgym-import:{Path(metrics['imported_from']['run_dir']).name}",
+        spec.params(),
+        tags={**spec.tags(), "memloop.source": "amemgym-import"},
     )
     try:
         for step, values in sorted(mlflow_metrics(metrics).items()):
-            tracking.log_metrics(mlc, run_id, values, step=step)
-        tracking.log_text(mlc, run_id, json.dumps(metrics, indent=2), "metrics.json")
+            tracker.log_metrics(mlc, run_id, values, step=step)
+        tracker.log_text(mlc, run_id, json.dumps(metrics, indent=2), "metrics.json")
     except BaseException:
-        tracking.finish_run(mlc, run_id, "FAILED")
+        tracker.finish_run(mlc, run_id, "FAILED")
         raise
-    tracking.finish_run(mlc, run_id)
+    tracker.finish_run(mlc, run_id)
     return run_id

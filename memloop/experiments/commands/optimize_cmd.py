@@ -143,7 +143,7 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     import sys
 
     from memloop.core.settings import apply_offline_defaults
-    from memloop.optimize.tracking import check_store
+    from memloop.runs.tracker import check_store
 
     check_port_free(args.port)
     check_store(args.tracking_uri)

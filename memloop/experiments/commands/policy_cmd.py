@@ -33,12 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from memloop.environment.policy_check import check_policy
-    from memloop.llm.roles import RoleClients
-    from memloop.optimize.context import load_policy
     from memloop.policies import build_policy
+    from memloop.runs.inputs import load_policy, roles
 
     config = load_policy(args.policy)
-    client = RoleClients.from_files(args.endpoint, cache=args.cache or "default").agent
+    client = roles(args.endpoint, cache=args.cache or "default").agent
     print(f"policy {config.display_name} ({args.policy}), model {client.endpoint.model}")
     with tempfile.TemporaryDirectory(prefix="memloop-policy-check-") as tmp:
         count = 0
