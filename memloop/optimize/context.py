@@ -240,14 +240,12 @@ class RunContext:
     def _run(self, cycles: Iterable[CycleRecord]) -> RunOutcome:
         mlc = tracker.client(self.config.tracking_uri)
         exp = tracker.experiment_id(mlc, self.config.experiment_name, self.config.tracking_uri)
-        run_id, resumed = tracker.open_run(
+        run_id, resumed = tracker.log_run(
             mlc,
             exp,
-            self.key,
+            self.spec,
             self.name,
-            self.spec.params(),
             tags={
-                **self.spec.tags(),
                 "memloop.evolver": self.evolver_name,
                 "memloop.search": self.search_name,
                 "memloop.policy": self.policy_config.display_name,

@@ -313,18 +313,16 @@ class Tuner:
 
         mlc = tracker.client(config.tracking_uri)
         exp = tracker.experiment_id(mlc, config.experiment_name, config.tracking_uri)
-        parent_key = self.study_spec.key()
-        parent_id, _ = tracker.open_run(
+        parent_id, _ = tracker.log_run(
             mlc,
             exp,
-            parent_key,
+            self.study_spec,
             f"tune-{config.study_name}",
-            self.study_spec.params(),
-            tags={**self.study_spec.tags(), "memloop.study": config.study_name},
+            tags={"memloop.study": config.study_name},
         )
         try:
             study.optimize(
-                lambda trial: self.objective(trial, mlc, exp, parent_id, parent_key),
+                lambda trial: self.objective(trial, mlc, exp, parent_id),
                 n_trials=config.trials,
                 gc_after_trial=False,
                 show_progress_bar=False,
@@ -352,32 +350,29 @@ class Tuner:
         tracker.finish_run(mlc, parent_id)
         return outcome
 
-    def objective(self, trial, mlc, exp: str, parent_id: str, parent_key: str):
+    def objective(self, trial, mlc, exp: str, parent_id: str):
         """The trial's objective; a Ctrl-C marks the trial for a rerun (`requeue_interrupted`)."""
         try:
-            return self._objective(trial, mlc, exp, parent_id, parent_key)
+            return self._objective(trial, mlc, exp, parent_id)
         except BaseException as e:
             # the flag too: an interrupted worker thread's error may arrive wrapped in another
             if isinstance(e, KeyboardInterrupt) or interrupt.interrupted():
                 trial.storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
             raise
 
-    def _objective(self, trial, mlc, exp: str, parent_id: str, parent_key: str):
+    def _objective(self, trial, mlc, exp: str, parent_id: str):
         config = self.config
         params = {
             "update_freq": trial.suggest_categorical("update_freq", config.update_freq),
             "short_term_len": trial.suggest_categorical("short_term_len", config.short_term_len),
             "top_k": trial.suggest_categorical("top_k", config.top_k),
         }
-        spec = self.trial_spec(params)
-        run_id, _ = tracker.open_run(
+        run_id, _ = tracker.log_run(
             mlc,
             exp,
-            spec.key(),
+            self.trial_spec(params),
             f"trial-{trial.number}-{_folder(params)}",
-            spec.params(),
             tags={
-                **spec.tags(),
                 "memloop.study": config.study_name,
                 "memloop.trial": str(trial.number),
             },

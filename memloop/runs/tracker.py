@@ -26,9 +26,8 @@ from typing import Any
 from memloop.core.errors import UserError
 from memloop.core.files import safe_name, sqlite_file, sqlite_problem, store_lock
 from memloop.core.settings import apply_offline_defaults
-from memloop.runs.spec import KEY_TAG
+from memloop.runs.spec import KEY_TAG, RunSpec
 
-RUN_KEY_TAG = KEY_TAG  # the tag a run is found again by (runs.spec)
 _lock = threading.Lock()
 
 SQLITE_BUSY_TIMEOUT = 20.0
@@ -622,7 +621,7 @@ def open_run(
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> tuple[str, bool]:
-    """(run id, resumed): the run tagged with `run_key`, or a new one with `params` logged.
+    """(run id, resumed): the run tagged with `run_key`, or a new one with `params` (flat) logged.
 
     Looking up and creating happen under one lock shared by every process using the store (a
     file lock beside a sqlite store), so two workers never create the same run twice.
@@ -631,25 +630,44 @@ def open_run(
     with store_errors(uri):
         with _lock, store_lock(uri):
             found = mlc.search_runs(
-                [exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1
+                [exp_id], filter_string=f"tags.`{KEY_TAG}` = '{run_key}'", max_results=1
             )
             if found:
                 run_id = found[0].info.run_id
                 if found[0].info.status != "RUNNING":
                     mlc.update_run(run_id, status="RUNNING")
                 return run_id, True
-            all_tags = {RUN_KEY_TAG: run_key, "mlflow.runName": run_name, **(tags or {})}
+            all_tags = {KEY_TAG: run_key, "mlflow.runName": run_name, **(tags or {})}
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
             run = mlc.create_run(exp_id, run_name=run_name, tags=all_tags)
             run_id = run.info.run_id
         from mlflow.entities import Param
 
-        flat = flatten(params)
-        items = [Param(k[:250], str(v)[:6000]) for k, v in sorted(flat.items())]
+        items = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
             mlc.log_batch(run_id, params=items[i : i + 100])
         return run_id, False
+
+
+def log_run(
+    mlc,
+    exp_id: str,
+    spec: RunSpec,
+    run_name: str,
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> tuple[str, bool]:
+    """(run id, resumed): the MLflow run of `spec` (its key, its params, its tags and `tags`)."""
+    return open_run(
+        mlc,
+        exp_id,
+        spec.key(),
+        run_name,
+        spec.params(),
+        tags={**spec.tags(), **(tags or {})},
+        parent_run_id=parent_run_id,
+    )
 
 
 def finish_run(mlc, run_id: str, status: str = "FINISHED") -> None:
@@ -749,17 +767,3 @@ def _versions(mlc, name: str) -> list[Any]:
         if _store_failure(exc, _uri(mlc), sqlite_file(_uri(mlc), create_folder=False)):
             raise
         return []
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
-        out = {}
-        for i, v in enumerate(data):
-            out.update(flatten(v, f"{prefix}{i}."))
-        return out
-    return {prefix.rstrip("."): data}

@@ -158,16 +158,14 @@ def log_import(metrics: dict[str, Any], tracking_uri: str, experiment: str) -> s
 
     from memloop.runs import tracker
 
-    spec = import_spec(metrics, experiment)
     mlc = tracker.client(tracking_uri)
     exp = tracker.experiment_id(mlc, experiment, tracking_uri)
-    run_id, _ = tracker.open_run(
+    run_id, _ = tracker.log_run(
         mlc,
         exp,
-        spec.key(),
+        import_spec(metrics, experiment),
         f"amemgym-import:{Path(metrics['imported_from']['run_dir']).name}",
-        spec.params(),
-        tags={**spec.tags(), "memloop.source": "amemgym-import"},
+        tags={"memloop.source": "amemgym-import"},
     )
     try:
         for step, values in sorted(mlflow_metrics(metrics).items()):
