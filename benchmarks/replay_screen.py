@@ -64,9 +64,7 @@ def main() -> int:
         items,
         factory,
         out / "onpolicy",
-        agent_client=onpolicy_clients.agent,
-        sim_client=onpolicy_clients.user_sim,
-        checker_client=onpolicy_clients.checker,
+        clients=onpolicy_clients,
         sim_config=SimulatorConfig(rounds_init=1, rounds_update=args.rounds_update),
         max_users_in_parallel=1,
     )

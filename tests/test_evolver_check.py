@@ -5,16 +5,18 @@ from __future__ import annotations
 import random
 
 import pytest
+from pydantic import BaseModel
 
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
+from memloop.optimize.contract import EvolveStep
 from memloop.optimize.evolver_check import (
     DEFAULT_PROMPTS,
     EVOLVER_MEMBERS,
     EvolverCheckError,
     check_evolver,
 )
-from memloop.optimize.evolvers import EvolveStep, NoEvolver, ReflectiveEvolver
+from memloop.optimize.evolvers import NoEvolver, ReflectiveEvolver
 from memloop.testing import FakeOpenAIServer, ScriptedEvolver
 
 
@@ -29,36 +31,47 @@ def rewrite_reply(body):
 
 
 class MutatesSummary(ScriptedEvolver):
-    def propose(self, prompts, summary, *, cycle):
-        summary["users"].clear()
-        return super().propose(prompts, summary, cycle=cycle)
+    def propose(self, inputs):
+        inputs.summary.users.clear()
+        return super().propose(inputs)
 
 
 class DropsAPrompt(ScriptedEvolver):
-    def propose(self, prompts, summary, *, cycle):
-        step = super().propose(prompts, summary, cycle=cycle)
+    def propose(self, inputs):
+        step = super().propose(inputs)
         return EvolveStep(prompts=dict(list(step.prompts.items())[:1]))
 
 
 class EmptiesAPrompt(ScriptedEvolver):
-    def propose(self, prompts, summary, *, cycle):
-        return EvolveStep(prompts={k: "" if k == "update" else v for k, v in prompts.items()})
+    def propose(self, inputs):
+        return EvolveStep(
+            prompts={k: "" if k == "update" else v for k, v in inputs.prompts.items()}
+        )
 
 
 class Random(ScriptedEvolver):
-    def propose(self, prompts, summary, *, cycle):
+    def propose(self, inputs):
         n = random.random()
-        return EvolveStep(prompts={k: f"{v} {n}" for k, v in prompts.items()})
+        return EvolveStep(prompts={k: f"{v} {n}" for k, v in inputs.prompts.items()})
 
 
-def test_members_come_from_the_protocol():
-    assert EVOLVER_MEMBERS == ("name", "propose")
+class NeedsASetting(ScriptedEvolver):
+    class Settings(BaseModel):
+        rate: float  # required: a YAML without settings could not build it
+
+    def __init__(self, client=None, settings=None):
+        super().__init__(client)
+        self.settings = settings or self.Settings(rate=0.5)
+
+
+def test_members_come_from_the_contract():
+    assert EVOLVER_MEMBERS == ("name", "Settings", "propose")
 
 
 @pytest.mark.parametrize("factory", [NoEvolver, ScriptedEvolver], ids=["none", "scripted"])
 def test_model_free_evolvers_pass(factory):
     report = check_evolver(factory)
-    assert report.ok and len(report.checks) == 7
+    assert report.ok and len(report.checks) == 8
 
 
 def test_reflective_evolver_passes_under_a_shared_cache(tmp_path):
@@ -77,6 +90,10 @@ def test_reflective_evolver_passes_under_a_shared_cache(tmp_path):
         (DropsAPrompt, "prompt names in ['update', 'writer'], out ['writer']"),
         (EmptiesAPrompt, "empty prompts: ['update']"),
         (Random, "a second evolver from the same factory proposed different prompts"),
+        (
+            NeedsASetting,
+            "Settings is <class 'test_evolver_check.NeedsASetting.Settings'>, settings Settings",
+        ),
     ],
 )
 def test_broken_evolvers_are_caught(cls, problem):

@@ -22,6 +22,7 @@ from memloop.feedback.probes import RECALL_PROMPT, RECALL_SYSTEM, revealed_state
 from memloop.feedback.report import build_metrics, period_metrics
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
+from memloop.llm.roles import RoleClients
 from memloop.testing import (
     FakeOpenAIServer,
     ScriptedPolicy,
@@ -167,7 +168,7 @@ def scripted_evaluation(items, fake, tmp_path):
         items,
         lambda uid, wd, c: ScriptedPolicy(),
         tmp_path / "out",
-        agent_client=client(fake, tmp_path),
+        clients=RoleClients.single(client(fake, tmp_path)),
         progress=False,
     )
 
@@ -223,10 +224,12 @@ def test_a_checker_reading_the_notes_keeps_recall(tmp_path):
         cache = client(fake, tmp_path)
         factory = lambda uid, wd, c: InitialStatePolicy(uid)  # noqa: E731
         result = run_evaluation(
-            items, factory, tmp_path / "out", agent_client=cache, progress=False
+            items, factory, tmp_path / "out", clients=RoleClients.single(cache), progress=False
         )
         sent = len(fake.requests)
-        again = run_evaluation(items, factory, tmp_path / "out", agent_client=cache, progress=False)
+        again = run_evaluation(
+            items, factory, tmp_path / "out", clients=RoleClients.single(cache), progress=False
+        )
         assert len(fake.requests) == sent and again.new_requests == 0  # calibration cached too
     m = result.metrics
     assert again.metrics == m
@@ -317,7 +320,7 @@ def test_groups_share_one_calibration(tmp_path):
             groups,
             lambda uid, wd, c: ScriptedPolicy(),
             tmp_path / "out",
-            agent_client=client(fake, tmp_path),
+            clients=RoleClients.single(client(fake, tmp_path)),
             progress=False,
         )
         asked = [

@@ -337,10 +337,10 @@ def test_diagnostic_summary_states_the_state_accuracy():
         rec(q=0, truth=truth, values=2),
         rec(q=1, truth=truth, believed={"city": "rome"}, chosen=1, values=2),
     ]
-    diag, _ = budgeted_summary(records, "diagnostic", {}, max_questions=10, max_chars=10_000)
-    assert diag["state_accuracy"] == "0.50 of 2 believed values right (chance 0.50)"
-    complete, _ = budgeted_summary(records, "complete", {}, max_questions=10, max_chars=10_000)
-    assert "state_accuracy" not in complete
+    diag = budgeted_summary(records, "diagnostic", {}, max_questions=10, max_chars=10_000)
+    assert diag.data()["state_accuracy"] == "0.50 of 2 believed values right (chance 0.50)"
+    complete = budgeted_summary(records, "complete", {}, max_questions=10, max_chars=10_000)
+    assert "state_accuracy" not in complete.data()
 
 
 def test_summary_shows_unparseable_pick():

@@ -19,6 +19,7 @@ from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import build_metrics
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
+from memloop.llm.roles import RoleClients
 from memloop.policies import build_policy
 from memloop.policies.config import AWIConfig
 from memloop.testing import FakeOpenAIServer, ScriptedMemoryLLM
@@ -49,7 +50,7 @@ def test_no_state_query_carries_the_users_raw_words(tmp_path):
             items,
             lambda uid, wd, c: build_policy(config, c, wd),
             tmp_path / "out",
-            agent_client=client,
+            clients=RoleClients.single(client),
             progress=False,
         )
         bodies = list(fake.requests)

@@ -683,7 +683,7 @@ def test_reflective_rewrite_is_cleaned_or_rejected(reply, expected, error):
     with FakeOpenAIServer(reply=answer) as fake:
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
         old = expected if error == "identical" else "Old rule."
-        step = ReflectiveEvolver(client).propose({"writer": old}, {"users": []}, cycle=0)
+        step = ReflectiveEvolver(client).propose(evolve_input({"writer": old}, {"users": []}))
     assert step.prompts == {"writer": expected}
     if error:
         assert error in step.errors["writer"]
@@ -727,7 +727,7 @@ def test_a_rejected_rewrite_falls_back_to_appended_rules():
 
     with FakeOpenAIServer(reply=answer) as fake:
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
-        step = ReflectiveEvolver(client).propose({"writer": old}, {"users": []}, cycle=0)
+        step = ReflectiveEvolver(client).propose(evolve_input({"writer": old}, {"users": []}))
         assert asked == ["rewrite", "rules"]
         assert step.prompts["writer"] == "\n".join(
             [
@@ -745,7 +745,9 @@ def test_a_rejected_rewrite_falls_back_to_appended_rules():
             "added: Note the user's current workload level.",
         ]
         asked.clear()
-        copy = ReflectiveEvolver(client, append_rules=False).propose({"writer": old}, {}, cycle=0)
+        copy = ReflectiveEvolver(client, append_rules=False).propose(
+            evolve_input({"writer": old}, {})
+        )
         assert asked == ["rewrite"] and copy.prompts["writer"] == old
         assert "identical" in copy.errors["writer"]
 
@@ -798,7 +800,7 @@ def test_memory_score_axis_keeps_the_reference_levels_in_view(values, expected):
 
 
 def test_revealed_values_are_collected_at_any_depth_in_complete_and_diagnostic_summaries():
-    from memloop.optimize.evolvers import revealed_values
+    from memloop.feedback.summary import revealed_values
 
     summary = {
         "users": [
@@ -851,6 +853,14 @@ def test_rules_and_rewrites_naming_a_users_values_are_rejected():
 
     with FakeOpenAIServer(reply=answer) as fake:
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
-        step = ReflectiveEvolver(client).propose({"writer": old}, summary, cycle=0)
+        step = ReflectiveEvolver(client).propose(evolve_input({"writer": old}, summary))
     assert step.prompts["writer"] == old + "\n- Update the home type when the user moves."
     assert "names a user's own values (shared_house)" in step.changes["writer"][0]
+
+
+def evolve_input(prompts, summary):
+    """An evolver's input: `prompts` and a summary in its plain form."""
+    from memloop.feedback.summary import FeedbackSummary
+    from memloop.optimize.contract import EvolveInput
+
+    return EvolveInput(prompts=prompts, summary=FeedbackSummary.from_data(summary))

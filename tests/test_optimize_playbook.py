@@ -7,8 +7,11 @@ import json
 
 import pytest
 
+from memloop.feedback.summary import FeedbackSummary
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
+from memloop.llm.roles import RoleClients
+from memloop.optimize.contract import EvolveInput
 from memloop.optimize.evolver_check import check_evolver
 from memloop.optimize.playbook import (
     HEADER,
@@ -21,6 +24,12 @@ from memloop.testing import FakeOpenAIServer
 
 CORE = "Record what the user says about themselves."
 SUMMARY = {"users": [{"states": {"home_city": "Lisbon"}}]}
+
+
+def given(prompts, **kw):
+    """The evolver's input: `prompts` and SUMMARY, whose user lives in Lisbon."""
+    summary = FeedbackSummary.from_data(SUMMARY, private=["Lisbon"])
+    return EvolveInput(prompts=prompts, summary=summary, **kw)
 
 
 def test_a_playbook_round_trips_through_the_prompt_text():
@@ -123,7 +132,7 @@ def test_a_change_that_lowered_validation_is_reverted_before_the_next_delta(tmp_
     with FakeOpenAIServer(reply=delta_reply) as server:
         evolver = PlaybookEvolver(client_for(server, tmp_path), candidates=1)
         p0 = {"writer": CORE}
-        step = evolver.propose(p0, SUMMARY, cycle=0, history=[(p0, 0.5)])
+        step = evolver.propose(given(p0, cycle=0, history=[(p0, 0.5)]))
         assert step.prompts["writer"] == render_playbook(
             CORE, [("r1", "Replace a stored value when the user says it changed.")]
         )
@@ -132,7 +141,7 @@ def test_a_change_that_lowered_validation_is_reverted_before_the_next_delta(tmp_
         ]
         assert step.tokens == 15  # the fake server's 10 + 5 per answer
         worse = {"writer": render_playbook(CORE, [("r1", "Keep dates exact in memory.")])}
-        step = evolver.propose(worse, SUMMARY, cycle=1, history=[(p0, 0.5), (worse, 0.4)])
+        step = evolver.propose(given(worse, cycle=1, history=[(p0, 0.5), (worse, 0.4)]))
         # back to cycle 0's prompt, then the new rule gets an id never used before (r2)
         assert step.prompts["writer"] == render_playbook(
             CORE, [("r2", "Replace a stored value when the user says it changed.")]
@@ -140,7 +149,7 @@ def test_a_change_that_lowered_validation_is_reverted_before_the_next_delta(tmp_
         assert step.changes["writer"][0] == "reverted cycle 1's change: validation 0.500 -> 0.400"
         assert "counts: " not in " ".join(step.changes["writer"])  # r1 is gone with the revert
         # the reflector sees each rule's counts
-        step = evolver.propose(worse, SUMMARY, cycle=1, history=[(p0, 0.4), (worse, 0.5)])
+        step = evolver.propose(given(worse, cycle=1, history=[(p0, 0.4), (worse, 0.5)]))
         assert (
             "[r1] helpful 1 / harmful 0: Keep dates exact"
             in server.requests[-1]["messages"][-1]["content"]
@@ -170,7 +179,7 @@ def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_take
     with FakeOpenAIServer(reply=sampled) as server:
         evolver = PlaybookEvolver(client_for(server, tmp_path), candidates=3)
         screen, seen = screen_with([0.5, 0.6, 0.7])  # current, then the two distinct candidates
-        step = evolver.propose({"writer": CORE}, SUMMARY, cycle=0, screen=screen)
+        step = evolver.propose(given({"writer": CORE}, cycle=0, screen=screen))
         # three sampled requests (distinct seeds), two distinct candidates after the merge
         assert [b["temperature"] for b in server.requests] == [0.8] * 3
         assert len({b["seed"] for b in server.requests}) == 3
@@ -185,7 +194,7 @@ def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_take
     with FakeOpenAIServer(reply=sampled) as server:
         evolver = PlaybookEvolver(client_for(server, tmp_path / "other"), candidates=3)
         screen, seen = screen_with([0.7, 0.6, 0.7])  # nothing beats the current prompt
-        step = evolver.propose({"writer": CORE}, SUMMARY, cycle=0, screen=screen)
+        step = evolver.propose(given({"writer": CORE}, cycle=0, screen=screen))
     assert step.prompts == {"writer": CORE}
     assert (
         "no candidate beat the current prompt on replay (0.600, 0.700 vs 0.700)"
@@ -196,7 +205,7 @@ def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_take
 def test_an_unusable_reply_keeps_the_prompts(tmp_path):
     with FakeOpenAIServer(reply="not json") as server:
         step = PlaybookEvolver(client_for(server, tmp_path)).propose(
-            {"writer": CORE}, SUMMARY, cycle=0
+            given({"writer": CORE}, cycle=0)
         )
     assert step.prompts == {"writer": CORE} and "reflector reply unusable" in step.errors["writer"]
 
@@ -275,7 +284,11 @@ def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evalua
     with FakeOpenAIServer(reply=evolve_loop_reply) as server:
         client = client_for(server, tmp_path)
         result = run_evaluation(
-            items, factory, tmp_path / "onpolicy", agent_client=client, progress=False
+            items,
+            factory,
+            tmp_path / "onpolicy",
+            clients=RoleClients.single(client),
+            progress=False,
         )
         evaluated = len(asked)
         asked.clear()

@@ -17,8 +17,9 @@ import yaml
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import build_metrics, period_metrics
-from memloop.feedback.summary import budgeted_summary, render_summary
+from memloop.feedback.summary import FeedbackSummary, budgeted_summary
 from memloop.optimize.config import EvolveConfig, load_config
+from memloop.optimize.contract import NoSettings
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 
 builder = scripted_builder(garble_every=3)
@@ -44,6 +45,8 @@ def write_config(root: Path, **over) -> Path:
         "gepa": {"minibatch_size": 1, "max_metric_calls": 6},
     }
     data.update(over)
+    if data.get("search") != "gepa":
+        data.pop("gepa")  # settings of an optimizer the experiment does not use are refused
     path = root / "exp.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -120,11 +123,12 @@ class ReplayFirstPrompt:
     """A user search: evaluates the initial prompts once per cycle, on every split."""
 
     name = "constant"
+    Settings = NoSettings
     needs_val = False
     evolves_itself = False
 
-    def spec(self, config):
-        return {"name": self.name}
+    def __init__(self, settings=None):
+        self.settings = settings or NoSettings()
 
     def cycles(self, ctx):
         from memloop.optimize.context import split_results
@@ -141,10 +145,11 @@ class ReplayFirstPrompt:
 
 
 def test_a_registered_search_runs_through_the_same_context(tmp_path):
-    from memloop.optimize.searches import get_search, register_search, search_names
+    from memloop.optimize import registry
 
-    register_search("constant", ReplayFirstPrompt())
-    assert "constant" in search_names() and get_search("constant").name == "constant"
+    registry.register("constant", ReplayFirstPrompt)
+    assert "constant" in registry.names("search") and "constant" not in registry.names("evolver")
+    assert registry.build_search("constant").name == "constant"
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         config, (o,) = run(tmp_path, fake, search="constant", cycles=2)
     assert [c.cycle for c in o.cycles] == [0, 1] and o.search == "constant"
@@ -155,8 +160,8 @@ def test_a_registered_search_runs_through_the_same_context(tmp_path):
     assert len(mlc.get_metric_history(o.run_id, "test_overall")) == 2
     # a search named by module path works without registering
     with pytest.raises(Exception, match="unknown search"):
-        get_search("no-such-search")
-    assert get_search("memloop.optimize.episode_search:EpisodeSearch").name == "episode"
+        registry.build_search("no-such-search")
+    assert registry.build_search("memloop.optimize.episode_search:EpisodeSearch").name == "episode"
 
 
 @pytest.mark.parametrize(
@@ -174,6 +179,22 @@ def test_a_registered_search_runs_through_the_same_context(tmp_path):
             "= 4 users, but the environment has 3",
         ),
         ({"search": "magic"}, "unknown search 'magic'"),
+        ({"evolvers": ["magic"]}, "key 'evolvers': unknown evolver 'magic'"),
+        ({"search": "reflective"}, "'reflective' is not an search class"),
+        (
+            {"evolvers": ["playbook"], "settings": {"playbook": {"candidates": 0}}},
+            "key 'settings.playbook.candidates': Input should be greater than or equal to 1",
+        ),
+        (
+            {"settings": {"reflective": {"max_word": 9}}},
+            "key 'settings.reflective': unknown setting 'max_word' (allowed: max_words, "
+            "max_tokens, append_rules)",
+        ),
+        ({"settings": {"playbook": {}}}, "key 'settings': playbook is not an optimizer of"),
+        (
+            {"search": "gepa", "settings": {"gepa": {}}},
+            "give GEPA's settings once: settings.gepa or gepa, not both",
+        ),
         (
             {
                 "search": "gepa",
@@ -284,26 +305,40 @@ def test_summary_budget_drops_whole_questions_and_records_them():
         for q, c in ((0, 1), (1, 0))
     ]
     updates = {"ann": {"city": "lisbon"}, "bob": {"city": "lisbon"}}
-    full, report = budgeted_summary(records, "complete", updates, max_questions=99, max_chars=10**6)
-    assert report.questions == 8 and not report.omitted
-    budget = len(render_summary(full)) // 2
-    small, report = budgeted_summary(
-        records, "complete", updates, max_questions=99, max_chars=budget
-    )
-    text = render_summary(small)
+    full = budgeted_summary(records, "complete", updates, max_questions=99, max_chars=10**6)
+    assert full.report.questions == 8 and not full.report.omitted
+    budget = len(full.render()) // 2
+    small = budgeted_summary(records, "complete", updates, max_questions=99, max_chars=budget)
+    report = small.report
+    text = small.render()
     assert len(text) <= budget and report.chars == len(text)
     json.loads(text)  # whole JSON, never cut
-    kept = sum(len(u["question_answer_history"]) for u in small["users"])
-    assert kept == report.questions and 0 < kept < 8
+    kept = sum(len(u["question_answer_history"]) for u in small.data()["users"])
+    assert kept == report.questions == small.questions() and 0 < kept < 8
     assert len(report.omitted) == 8 - kept
     assert all(o.reason == "max_chars" for o in report.omitted)
     # priority: wrong answers (chosen 1) before right ones, then the latest period
-    entries = [e for u in small["users"] for e in u["question_answer_history"]]
+    entries = [e for u in small.data()["users"] for e in u["question_answer_history"]]
     assert all(e["assistant_response"] == "B" for e in entries)
-    capped, report = budgeted_summary(
-        records, "complete", updates, max_questions=3, max_chars=10**6
-    )
-    assert report.questions == 3 and [o.reason for o in report.omitted] == ["max_questions"] * 5
+    capped = budgeted_summary(records, "complete", updates, max_questions=3, max_chars=10**6)
+    assert capped.report.questions == 3
+    assert [o.reason for o in capped.report.omitted] == ["max_questions"] * 5
+
+    # fitted later to a smaller budget: the last questions to enter go first, whole
+    fitted = full.fit(budget)
+    assert len(fitted.render()) <= budget and fitted.report.chars == len(fitted.render())
+    json.loads(fitted.render())
+    n = fitted.questions()
+    assert 0 < n < 8 and fitted.entered == full.entered[:n]
+    dropped = [(o.user, o.period, o.question) for o in fitted.report.omitted]
+    assert dropped == [(e.user, e.period, e.question) for e in reversed(full.entered[n:])]
+    assert all(o.reason == "max_chars" for o in fitted.report.omitted)
+    kept_entries = [e for u in fitted.data()["users"] for e in u["question_answer_history"]]
+    assert all(e["assistant_response"] == "B" for e in kept_entries)
+    assert full.fit(10**6) is full and full.questions() == 8  # fits: unchanged
+    assert full.fit(10).users == [] and full.fit(10).render() == '{\n "users": []\n}'
+    # the private values: every value the users' records and updates hold
+    assert full.private == ["lisbon"] and small.private == ["lisbon"]
 
 
 def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
@@ -313,8 +348,8 @@ def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
         config, (o,) = run(tmp_path, fake, summary_max_chars=900, cycles=2)
     report = o.cycles[0].feedback
     assert report is not None and report.max_chars == 900 and report.omitted
-    summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
-    assert len(render_summary(summary)) == report.chars <= 900
+    summary = FeedbackSummary.load((o.run_dir / "cycle_00" / "summary.json").read_text())
+    assert len(summary.render()) == report.chars <= 900 and summary.report == report
     mlc = tracker.client(config.tracking_uri)
     logged = mlc.get_metric_history(o.run_id, "feedback_omitted_questions")
     assert logged[0].value == len(report.omitted)

@@ -92,6 +92,7 @@ def test_names_never_build_paths(tmp_path, monkeypatch, name):
     """An experiment, a policy's name and a study are names: their folders stay under runs/."""
     from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
     from memloop.optimize.context import RunContext
+    from memloop.optimize.episode_search import EpisodeSearch
     from memloop.testing import fake_roles, scripted_builder
 
     monkeypatch.chdir(tmp_path)
@@ -114,8 +115,7 @@ def test_names_never_build_paths(tmp_path, monkeypatch, name):
         evolve,
         "complete",
         "reflective",
-        "episode",
-        {"name": "episode"},
+        EpisodeSearch(),
         clients=fake_roles("http://127.0.0.1:9/v1", None),
         builder=scripted_builder(),
         progress=False,

@@ -29,6 +29,16 @@ PROFILE_FIELD_ORDER = (
 )
 """The published order of the profile fields in `formatted_str`."""
 
+PRIVATE_PROFILE_FIELDS = (
+    "name",
+    "occupation",
+    "education_level",
+    "hobbies_and_interests",
+    "skills_and_expertise",
+)
+"""Profile fields that tell one user apart (age, gender and marital status are categories every
+prompt may name)."""
+
 
 class _Record(BaseModel):
     """Shared configuration: strict types, unknown published fields kept, models mutable."""
@@ -189,6 +199,25 @@ class UserItem(_Record):
             if variable in self.changed_variables(p):
                 return p
         return 0
+
+    def private_values(self) -> set[str]:
+        """What is this user's own; no prompt shared by every user may name one of them.
+
+        Every state value of every period (superseded ones too), the values the sessions reveal,
+        the name (whole and each part of 4 letters or more) and the profile's identifying fields.
+        """
+        found = {str(v) for p in self.periods for v in p.state.values() if v is not None}
+        found |= {
+            v for p in range(len(self.periods)) for e in self.exposed_values(p) for v in e.values()
+        }
+        profile = self.user_profile
+        for key in PRIVATE_PROFILE_FIELDS:
+            value = getattr(profile, key)
+            if isinstance(value, str) and value.strip():
+                found.add(value.strip())
+        if profile.name:
+            found.update(part for part in profile.name.split() if len(part) >= 4)
+        return found
 
     def exposed_values(self, period: int) -> list[dict[str, str]]:
         """Per session of `period`, the {variable: value} its opening query is meant to reveal."""

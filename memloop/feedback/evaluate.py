@@ -24,6 +24,7 @@ from memloop.feedback.calibration import checker_calibration
 from memloop.feedback.probes import Prober
 from memloop.feedback.report import write_outputs
 from memloop.llm.client import ChatClient
+from memloop.llm.roles import RoleClients
 from memloop.llm.usage import UsageTracker
 
 
@@ -53,9 +54,7 @@ def run_evaluation(
     policy_factory: PolicyFactory,
     out_dir: Path,
     *,
-    agent_client: ChatClient,
-    sim_client: ChatClient | None = None,
-    checker_client: ChatClient | None = None,
+    clients: RoleClients,
     sim_config: SimulatorConfig | None = None,
     periods: int | None = None,
     max_users_in_parallel: int = 2,
@@ -68,13 +67,13 @@ def run_evaluation(
     A rerun resumes finished periods from their checkpoints (no model calls).
     """
     out_dir = Path(out_dir)
-    prober = Prober(ub_client=agent_client, checker_client=checker_client or agent_client)
+    prober = Prober(ub_client=clients.agent, checker_client=clients.checker)
     episodes = run_episodes(
         items,
         policy_factory,
-        agent_client,
+        clients.agent,
         out_dir / "episodes",
-        sim_client=sim_client,
+        sim_client=clients.user_sim,
         sim_config=sim_config,
         probe=prober,
         periods=periods,
@@ -93,9 +92,7 @@ def run_evaluation_groups(
     policy_factory: PolicyFactory,
     out_dir: Path,
     *,
-    agent_client: ChatClient,
-    sim_client: ChatClient | None = None,
-    checker_client: ChatClient | None = None,
+    clients: RoleClients,
     sim_config: SimulatorConfig | None = None,
     periods: int | None = None,
     max_users_in_parallel: int = 2,
@@ -110,13 +107,13 @@ def run_evaluation_groups(
     everyone = [item for items in groups.values() for item in items]
     if len({item.id for item in everyone}) != len(everyone):
         raise ValueError("a user appears in more than one group (or twice in one)")
-    prober = Prober(ub_client=agent_client, checker_client=checker_client or agent_client)
+    prober = Prober(ub_client=clients.agent, checker_client=clients.checker)
     episodes = run_episodes(
         everyone,
         policy_factory,
-        agent_client,
+        clients.agent,
         out_dir / "episodes",
-        sim_client=sim_client,
+        sim_client=clients.user_sim,
         sim_config=sim_config,
         probe=prober,
         periods=periods,

@@ -8,9 +8,12 @@
 - diagnostic:    complete + each question's failure class and the state-query answers against
                  the truth, and (several users) the state accuracy over all of their questions
 
-An evolver gets the summary of several users within a size budget (`budgeted_summary`): whole
-users and whole questions enter in a fixed priority until the next would not fit; what is left
-out is listed, never a cut JSON.
+An optimizer gets the summary of several users within a size budget as a `FeedbackSummary`
+(`budgeted_summary`): whole users and whole questions enter in a fixed priority until the next
+would not fit; what is left out is listed, never a cut JSON. A smaller budget later
+(`FeedbackSummary.fit`) drops whole questions again, the last to enter first. The summary also
+holds the private values of the users it summarizes (every state value of every period, their
+names and profile fields), the values no evolved prompt may carry.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.environment.data import UserItem
 from memloop.feedback.objective import Mode
@@ -90,6 +93,30 @@ def summarize(
     }
 
 
+def revealed_values(summary: Any) -> set[str]:
+    """The users' own state values in a feedback summary, at any depth.
+
+    These are complete mode's `user_information_updates` and diagnostic mode's `actual` values.
+    """
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "user_information_updates" and isinstance(value, dict):
+                    found.update(str(v) for v in value.values() if v is not None)
+                elif key == "actual" and isinstance(value, (str, int, float)):
+                    found.add(str(value))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(summary)
+    return found
+
+
 # ---------------------------------------------------------------- several users, within a budget
 
 
@@ -138,6 +165,136 @@ class SummaryReport(BaseModel):
     omitted: list[Omitted] = Field(default_factory=list)
 
 
+class Entered(BaseModel):
+    """A question of a summary: whose, which period, which question."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user: str
+    period: int
+    question: int
+
+
+class FeedbackSummary(BaseModel):
+    """The feedback an optimizer reads, the budget it was made under, and what it must not leak.
+
+    `header` and `users` are the summary an evolver reads (`data()`, rendered by `render()`);
+    `entered` lists its questions in the order they entered (the budget's priority), so that
+    `fit` can drop the last ones first; `private` are the values of the summarized users that no
+    evolved prompt may name (feedback mode none and question_only included: the retrieved
+    memories a summary shows hold them too).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode
+    header: dict[str, Any] = Field(default_factory=dict)
+    users: list[dict[str, Any]] = Field(default_factory=list)
+    entered: list[Entered] = Field(default_factory=list)
+    report: SummaryReport | None = None
+    private: list[str] = Field(default_factory=list)  # sorted, unique
+
+    @classmethod
+    def from_data(
+        cls, data: dict[str, Any], mode: str = "complete", private: Iterable[str] = ()
+    ) -> FeedbackSummary:
+        """A summary from its plain form (a summary.json written before this model, a test's).
+
+        Without an entry order, `fit` drops the last question of the last user first.
+        """
+        rest = {k: v for k, v in data.items() if k != "users"}
+        users = list(data.get("users", []))
+        if "question_answer_history" in rest:  # a single user's summary, as `summarize` gives it
+            users, rest = [dict(data)], {}
+        private = set(private) | revealed_values(data)
+        return cls(mode=Mode(mode), header=rest, users=users, private=sorted(private))
+
+    @classmethod
+    def load(cls, text: str) -> FeedbackSummary:
+        """A stored summary.json: this model's dump, or the plain form of older runs."""
+        data = json.loads(text)
+        if isinstance(data, dict) and "mode" in data and "users" in data and "entered" in data:
+            return cls.model_validate(data)
+        return cls.from_data(data)
+
+    @classmethod
+    def join(
+        cls, parts: Iterable[tuple[FeedbackSummary, dict[str, Any]]], mode: Mode
+    ) -> FeedbackSummary:
+        """One summary of several (per-user) summaries, in order.
+
+        Each part's users, with the part's header and the given notes moved into every block.
+        """
+        users: list[dict[str, Any]] = []
+        entered: list[Entered] = []
+        private: set[str] = set()
+        omitted: list[Omitted] = []
+        for part, notes in parts:
+            users += [{**part.header, **block, **notes} for block in part.users]
+            entered += part.entered
+            private |= set(part.private)
+            omitted += part.report.omitted if part.report else []
+        report = SummaryReport(
+            max_chars=0, max_questions=0, users=len(users), questions=len(entered), omitted=omitted
+        )
+        joined = cls(
+            mode=mode, users=users, entered=entered, report=report, private=sorted(private)
+        )
+        joined.report.chars = len(joined.render())  # type: ignore[union-attr]
+        return joined
+
+    def data(self) -> dict[str, Any]:
+        """The summary as the optimizer reads it ({} when the mode shows nothing)."""
+        if not Mode(self.mode).evolves:
+            return {}
+        return {**self.header, "users": self.users}
+
+    def render(self) -> str:
+        """The text an optimizer reads; budgets are measured on exactly this."""
+        return render_summary(self.data())
+
+    def questions(self) -> int:
+        return sum(len(u.get("question_answer_history", [])) for u in self.users)
+
+    def fit(self, max_chars: int) -> FeedbackSummary:
+        """This summary within `max_chars` rendered characters, whole questions dropped.
+
+        The last questions to enter go first (recorded in the report as `max_chars`); a user
+        left without questions goes too. Never a cut text: when even no question fits, the
+        result holds no user.
+        """
+        if len(self.render()) <= max_chars:
+            return self
+        users = [dict(u) for u in self.users]
+        for u in users:
+            u["question_answer_history"] = list(u.get("question_answer_history", []))
+        order = list(self.entered) or [
+            Entered(user=u.get("user", ""), period=0, question=i)
+            for u in users
+            for i in range(len(u["question_answer_history"]))
+        ]
+        report = (self.report or SummaryReport(max_chars=max_chars, max_questions=0)).model_copy(
+            deep=True
+        )
+        report.max_chars = max_chars
+        out = self.model_copy(update={"users": users, "entered": order, "report": report})
+        while out.entered and len(out.render()) > max_chars:
+            last = out.entered.pop()
+            mine = sorted(
+                (e.period, e.question) for e in out.entered + [last] if e.user == last.user
+            )
+            block = next(u for u in users if u.get("user", "") == last.user)
+            del block["question_answer_history"][mine.index((last.period, last.question))]
+            if not block["question_answer_history"]:
+                users.remove(block)
+            report.omitted.append(Omitted(**last.model_dump(), reason="max_chars"))
+        if len(out.render()) > max_chars:
+            users.clear()
+        report.questions, report.users = out.questions(), len(users)
+        report.chars = len(out.render())
+        return out
+
+
 def budgeted_summary(
     records: Iterable[QuestionRecord],
     mode: str,
@@ -146,12 +303,14 @@ def budgeted_summary(
     max_questions: int,
     max_chars: int,
     history: Iterable[QuestionRecord] | None = None,
-) -> tuple[dict[str, Any], SummaryReport]:
+    private: Iterable[str] = (),
+) -> FeedbackSummary:
     """The feedback summary of several users within `max_questions` and `max_chars`.
 
-    The result is {"users": [{"user": id, **summarize(...)}, ...]} (plus "state_accuracy" in
-    diagnostic mode); its rendering
-    (`render_summary`) is at most `max_chars` characters. Questions are taken in
+    Its data is {"users": [{"user": id, **summarize(...)}, ...]} (plus "state_accuracy" in
+    diagnostic mode); its rendering is at most `max_chars` characters. `private`: the values of
+    these users no evolved prompt may name (`UserItem.private_values`); the values the summary
+    shows are added to them. Questions are taken in
     `select_questions` order; each enters whole, together with its user's block (id and
     `updates[user]`) the first time one of that user's questions enters, if the result still
     fits. A question that does not fit is skipped (a later, smaller one may fit) and recorded in
@@ -159,8 +318,10 @@ def budgeted_summary(
     """
     records = list(records)
     report = SummaryReport(max_chars=max_chars, max_questions=max_questions)
+    private = set(private) | {v for u in updates.values() for v in u.values() if v is not None}
+    private |= {str(v) for r in records for v in r.true_values.values() if v is not None}
     if not Mode(mode).evolves:
-        return {}, report
+        return FeedbackSummary(mode=Mode(mode), report=report, private=sorted(private))
     history = list(history) if history is not None else records
     chosen: dict[str, list[QuestionRecord]] = {}
 
@@ -185,21 +346,30 @@ def budgeted_summary(
         }
 
     summary = build(chosen)
+    entered: list[Entered] = []
     for r in select_questions(records, mode):
-        where = dict(user=r.user_id, period=r.period, question=r.question_index)
+        where = Entered(user=r.user_id, period=r.period, question=r.question_index)
         if report.questions >= max_questions:
-            report.omitted.append(Omitted(**where, reason="max_questions"))
+            report.omitted.append(Omitted(**where.model_dump(), reason="max_questions"))
             continue
         trial = {**chosen, r.user_id: [*chosen.get(r.user_id, []), r]}
         candidate = build(trial)
         if len(render_summary(candidate)) > max_chars:
-            report.omitted.append(Omitted(**where, reason="max_chars"))
+            report.omitted.append(Omitted(**where.model_dump(), reason="max_chars"))
             continue
         chosen, summary = trial, candidate
+        entered.append(where)
         report.questions += 1
     report.chars = len(render_summary(summary))
     report.users = len(chosen)
-    return summary, report
+    return FeedbackSummary(
+        mode=Mode(mode),
+        header={k: v for k, v in summary.items() if k != "users"},
+        users=summary["users"],
+        entered=entered,
+        report=report,
+        private=sorted(private),
+    )
 
 
 def episode_summary(
@@ -210,12 +380,17 @@ def episode_summary(
     max_questions: int,
     max_chars: int,
     periods: int | None = None,
-) -> tuple[dict[str, Any], SummaryReport]:
+) -> FeedbackSummary:
     """The budgeted summary of whole episodes (the first `periods` of each) of `items`."""
     updates = {
         item.id: latest_updates(item, min(periods or item.num_periods, item.num_periods))
         for item in items
     }
     return budgeted_summary(
-        records, mode, updates, max_questions=max_questions, max_chars=max_chars
+        records,
+        mode,
+        updates,
+        max_questions=max_questions,
+        max_chars=max_chars,
+        private=(v for item in items for v in item.private_values()),
     )

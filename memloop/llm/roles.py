@@ -44,6 +44,11 @@ class RoleClients:
 
         return cls(get(agent), get(user_sim), get(checker), get(optimizer))
 
+    @classmethod
+    def single(cls, client: ChatClient) -> RoleClients:
+        """Every role on one client (tests, benchmarks, a one-endpoint setup)."""
+        return cls(client, client, client, client)
+
     def with_draw(self, draw: int) -> RoleClients:
         """The roles drawing repeat `draw` (ChatClient.with_draw); shared clients stay shared."""
         made: dict[int, ChatClient] = {}

@@ -15,7 +15,6 @@ from memloop.core.errors import UserError
 from memloop.core.files import safe_name
 from memloop.feedback.objective import DEFAULT_MODE, Mode, Objective
 
-EvolverName = Literal["none", "reflective", "playbook"]
 SPLITS = ("train", "val", "test")
 
 
@@ -87,34 +86,27 @@ class Rounds(_Strict):
     update: int = Field(2, ge=1)
 
 
-class GepaSettings(_Strict):
-    minibatch_size: int = Field(2, ge=1, description="training users per reflective step")
-    max_metric_calls: int | None = Field(
-        None,
-        ge=1,
-        description="episode evaluations budget; default: enough for the configured cycles",
-    )
-    reflection_max_tokens: int = Field(
-        1024, ge=16, description="cap of a reflection call (a proposal cut there is used as is)"
-    )
-    screen: Literal["replay", "none"] = Field(
-        "replay",
-        description="replay: a new candidate's training minibatch is scored by replaying its "
-        "parent's recorded conversations (state accuracy; optimize/replay_score.py); none: by "
-        "new on-policy episodes",
-    )
-
-
 class EvolveConfig(_Strict):
     experiment: str | None = Field(None, description="MLflow experiment (default: file name)")
     environment: EnvSpec
     policy: str = Field(description="policy YAML, e.g. ../policies/awi.yaml")
     feedback_modes: list[Mode] = Field([DEFAULT_MODE], min_length=1)
-    evolvers: list[EvolverName] = Field(["reflective"], min_length=1)
+    evolvers: list[str] = Field(
+        ["reflective"],
+        min_length=1,
+        description="how the next prompts are proposed: none, reflective, playbook, a "
+        "registered name, 'package.module:Class' or 'file.py:Class' (optimize/registry.py)",
+    )
     search: str = Field(
         "episode",
-        description="how cycles are made: episode, period, gepa, a registered name or "
-        "'package.module:attribute'",
+        description="how cycles are made: episode, period, gepa, a registered name, "
+        "'package.module:Class' or 'file.py:Class'",
+    )
+    settings: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="each optimizer's settings by name, e.g. {playbook: {candidates: 2}, gepa: "
+        "{minibatch_size: 1}}; checked against its Settings model and recorded in the run "
+        "identity",
     )
     cycles: int = Field(3, ge=1, description="evolution cycles (episode cadence)")
     objective: Objective | None = Field(
@@ -135,7 +127,6 @@ class EvolveConfig(_Strict):
         description="feedback summary size budget (JSON characters), filled with whole users "
         "and questions; what does not fit is left out and recorded",
     )
-    gepa: GepaSettings = Field(default_factory=GepaSettings)
     repeats: int = Field(
         1,
         ge=1,
@@ -162,6 +153,14 @@ class EvolveConfig(_Strict):
                 raise ValueError(
                     "GEPA is a search, not an evolver: write search: gepa (and drop evolvers)"
                 )
+            if "gepa" in data:  # the key GEPA's settings had before `settings:`
+                data = dict(data)
+                gepa = data.pop("gepa")
+                settings = dict(data.get("settings") or {})
+                if "gepa" in settings:
+                    raise ValueError("give GEPA's settings once: settings.gepa or gepa, not both")
+                settings["gepa"] = gepa
+                data["settings"] = settings
         return data
 
     @model_validator(mode="after")

@@ -24,13 +24,13 @@ from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.evaluate import EvaluationResult, run_evaluation, run_evaluation_groups
 from memloop.feedback.objective import Mode, Objective
 from memloop.feedback.records import QuestionRecord
-from memloop.feedback.summary import SummaryReport, episode_summary
+from memloop.feedback.summary import FeedbackSummary, episode_summary
 from memloop.llm.client import ChatClient
 from memloop.llm.roles import RoleClients
+from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
+from memloop.optimize.contract import Evolver, Search, settings_record
 from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
-from memloop.optimize.evolver_registry import make_evolver
-from memloop.optimize.evolvers import Evolver
 from memloop.optimize.store import CycleStore
 from memloop.runs import tracker
 from memloop.runs.folder import open_run_folder
@@ -71,9 +71,7 @@ def sim_config(config: Any) -> SimulatorConfig:
 def evaluation_options(config: Any, clients: RoleClients, progress: bool) -> dict[str, Any]:
     """run_evaluation's keyword arguments for an evolve or tune config."""
     return dict(
-        agent_client=clients.agent,
-        sim_client=clients.user_sim,
-        checker_client=clients.checker,
+        clients=clients,
         sim_config=sim_config(config),
         periods=config.environment.periods,
         max_users_in_parallel=config.parallel_users,
@@ -115,8 +113,7 @@ class RunContext:
         config: EvolveConfig,
         mode: str,
         evolver: str,
-        search: str,
-        search_spec: dict[str, Any],
+        search: Search,
         *,
         clients: RoleClients | None = None,
         progress: bool = True,
@@ -129,8 +126,8 @@ class RunContext:
         self.config = config
         self.mode = mode
         self.evolver_name = evolver
-        self.search_name = search
-        self.search_spec = search_spec
+        self.search = search
+        self.search_name = search.name
         self.repeat = repeat  # which draw of the condition (clients come drawn already)
         self.progress = progress
         self.policy_config = load_policy(config.policy)
@@ -162,14 +159,17 @@ class RunContext:
             },
             mode=mode,
             objective=self.objective,
-            optimizer={"evolver": evolver, "search": search_spec},
+            optimizer={
+                "evolver": settings_record(evolver, self.evolver_settings()),
+                "search": settings_record(search.name, search.settings),
+            },
             seed=config.seed,
             repeat=repeat,
         )
         self.key = self.spec.key()
         self.name = f"{self.policy_config.display_name}-{mode}-{evolver}"
-        if search != "episode":
-            self.name += f"-{search}"
+        if search.name != "episode":
+            self.name += f"-{search.name}"
         if repeat:
             self.name += f"-r{repeat}"
         # a policy's name is never a path: the folder stays inside output_root
@@ -208,13 +208,28 @@ class RunContext:
         groups = {s: self.users[s] for s in splits if self.users[s]}
         return run_evaluation_groups(groups, self.factory(prompts), out, **self._eval_options())
 
+    def _base_dir(self) -> Path | None:
+        return Path(self.config.source).parent if self.config.source else None
+
+    def evolver_settings(self) -> Any:
+        """The settings of this condition's evolver (GEPA's conditions: its search's own)."""
+        if self.search.evolves_itself and self.evolver_name == self.search.name:
+            return self.search.settings
+        cls = registry.optimizer_class(self.evolver_name, "evolver", "evolvers", self._base_dir())
+        return registry.settings(
+            cls, self.config.settings.get(self.evolver_name), f"settings.{self.evolver_name}"
+        )
+
     def make_evolver(self) -> Evolver:
+        """This condition's evolver on the optimizer role (`none` when the mode shows nothing)."""
         name = self.evolver_name if Mode(self.mode).evolves else "none"
-        return make_evolver(name, self.clients.optimizer.fork())
+        return registry.build_evolver(
+            name, self.clients.optimizer.fork(), self.config.settings.get(name), self._base_dir()
+        )
 
     def summary(
         self, items: list[UserItem], records: list[QuestionRecord], *, max_chars: int | None = None
-    ) -> tuple[dict[str, Any], SummaryReport]:
+    ) -> FeedbackSummary:
         """The budgeted feedback summary of `items`' whole episodes in this condition's mode."""
         return episode_summary(
             items,

@@ -8,56 +8,51 @@ prompts. No step follows the last cycle; a run extended with more cycles takes i
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from memloop.feedback.objective import Mode
 from memloop.feedback.report import collect
+from memloop.feedback.summary import FeedbackSummary
+from memloop.optimize.contract import EvolveInput, NoSettings, propose
 from memloop.optimize.cycles import CycleRecord
 
 if TYPE_CHECKING:
-    from memloop.optimize.config import EvolveConfig
     from memloop.optimize.context import RunContext
 
 
 class EpisodeSearch:
     name = "episode"
+    Settings = NoSettings
     needs_val = False
     evolves_itself = False
 
-    def spec(self, config: EvolveConfig) -> dict[str, Any]:
-        return {"name": self.name}
+    def __init__(self, settings: NoSettings | None = None):
+        self.settings = settings or NoSettings()
 
     @staticmethod
-    def extras(ctx: RunContext, evolver: Any, history: list, k: int) -> dict[str, Any]:
-        """What an evolver asks for beyond (prompts, summary).
+    def screen(ctx: RunContext, k: int) -> Callable[[dict[str, str]], Any] | None:
+        """A replay screen of candidate prompts on cycle k's training conversations."""
+        if not ctx.train:
+            return None
+        from memloop.core.files import json_sha256
+        from memloop.optimize.replay_score import replay_screen
 
-        The history of (prompts, validation objective), and a replay screen of candidate prompts
-        on cycle k's training conversations.
-        """
-        extra: dict[str, Any] = {}
-        if getattr(evolver, "wants_history", False):
-            extra["history"] = list(history)
-        if getattr(evolver, "wants_screen", False) and ctx.train:
-            from memloop.core.files import json_sha256
-            from memloop.optimize.replay_score import replay_screen
+        recording = ctx.store.cycle_dir(k) / "episodes"
+        out = ctx.store.cycle_dir(k) / "screen"
 
-            recording = ctx.store.cycle_dir(k) / "episodes"
-            out = ctx.store.cycle_dir(k) / "screen"
+        def screen(prompts: dict[str, str]) -> Any:
+            return replay_screen(
+                ctx.train,
+                ctx.factory(prompts),
+                ctx.clients.agent,
+                recording,
+                out / json_sha256(prompts)[:12],  # one folder per screened prompt
+                periods=ctx.config.environment.periods,
+                parallel_users=ctx.config.parallel_users,
+            )
 
-            def screen(prompts: dict[str, str]) -> Any:
-                return replay_screen(
-                    ctx.train,
-                    ctx.factory(prompts),
-                    ctx.clients.agent,
-                    recording,
-                    out / json_sha256(prompts)[:12],  # one folder per screened prompt
-                    periods=ctx.config.environment.periods,
-                    parallel_users=ctx.config.parallel_users,
-                )
-
-            extra["screen"] = screen
-        return extra
+        return screen
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
         from memloop.optimize.context import split_results, usage_tokens
@@ -74,24 +69,28 @@ class EpisodeSearch:
                 started = time.perf_counter()
                 results = ctx.evaluate_splits(prompts, store.cycle_dir(k))
                 questions, _ = collect(r for e in results["train"].episodes for r in e.records)
-                summary, report = ctx.summary(ctx.train, questions)
+                summary = ctx.summary(ctx.train, questions)
                 store.save_summary(k, summary)
                 record = CycleRecord(
                     cycle=k,
                     splits=split_results(results),
                     tokens=usage_tokens(results.values()),
                     seconds=round(time.perf_counter() - started, 1),
-                    feedback=report if Mode(ctx.mode).evolves else None,
+                    feedback=summary.report if Mode(ctx.mode).evolves else None,
                 )
                 store.save(record)
             history.append((dict(prompts), record.score("val", ctx.objective)))
             step = store.step(k)
             if step is None and k + 1 < n:
-                step = evolver.propose(
-                    prompts,
-                    store.summary(k) or {},
-                    cycle=k,
-                    **self.extras(ctx, evolver, history, k),
+                step = propose(
+                    evolver,
+                    EvolveInput(
+                        prompts=prompts,
+                        summary=store.summary(k) or FeedbackSummary(mode=Mode(ctx.mode)),
+                        cycle=k,
+                        history=tuple(history),
+                        screen=self.screen(ctx, k),
+                    ),
                 )
                 store.save_step(k, step)
                 record.tokens["optimizer"] = step.tokens

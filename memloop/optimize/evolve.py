@@ -3,17 +3,19 @@
 Each condition runs `repeats` times; repeat r > 0 draws its own answers from the agent and the
 simulated user (`RoleClients.with_draw`), and repeat 0 is the run without repeats.
 
-The search is the config's `search:` (optimize/searches.py); the no-evolution baseline of a search
+The search is the config's `search:` (optimize/registry.py); the no-evolution baseline of a search
 that evolves itself (GEPA) runs as the episode search, which evaluates the initial prompts each
 cycle on the same users.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.llm.roles import RoleClients
+from memloop.optimize import registry
 from memloop.optimize.config import EvolveConfig
 from memloop.optimize.context import (
     RunContext,
@@ -22,21 +24,48 @@ from memloop.optimize.context import (
     role_clients,
     split_users,
 )
-from memloop.optimize.searches import Search, get_search
+from memloop.optimize.contract import Search
+
+
+def _search(config: EvolveConfig, name: str) -> Search:
+    base = Path(config.source).parent if config.source else None
+    try:
+        return registry.build_search(name, config.settings.get(name), base)
+    except UserError as exc:
+        raise UserError(f"{config.source or 'config'}: {exc}") from None
 
 
 def conditions(config: EvolveConfig) -> list[tuple[str, str, Search]]:
-    """(feedback mode, evolver, search) of every run of `config`."""
-    search = get_search(config.search)
+    """(feedback mode, evolver, search) of every run of `config`.
+
+    Every name and its settings are resolved here, before a client starts or a file is written.
+    """
+    search = _search(config, config.search)
     if search.evolves_itself and "evolvers" in config.model_fields_set:
         raise UserError(
             f"{config.source or 'config'}: key 'evolvers': search {search.name} evolves the "
             "prompts itself; drop the evolvers key"
         )
     out = []
+    base = Path(config.source).parent if config.source else None
     for mode, evolver in config.conditions(evolves_itself=search.evolves_itself):
-        chosen = get_search("episode") if search.evolves_itself and evolver == "none" else search
+        chosen = (
+            _search(config, "episode") if search.evolves_itself and evolver == "none" else search
+        )
+        if not search.evolves_itself:
+            try:
+                cls = registry.optimizer_class(evolver, "evolver", "evolvers", base)
+                registry.settings(cls, config.settings.get(evolver), f"settings.{evolver}")
+            except UserError as exc:
+                raise UserError(f"{config.source or 'config'}: {exc}") from None
         out.append((mode, evolver, chosen))
+    unused = set(config.settings) - {config.search, *config.evolvers}
+    if unused:
+        raise UserError(
+            f"{config.source or 'config'}: key 'settings': {', '.join(sorted(unused))} is not "
+            f"an optimizer of this experiment (search {config.search}, evolvers "
+            f"{', '.join(config.evolvers)})"
+        )
     return out
 
 
@@ -74,8 +103,7 @@ def run_evolve(
                 config,
                 mode,
                 evolver,
-                search.name,
-                search.spec(config),
+                search,
                 clients=clients.with_draw(repeat) if repeat else clients,
                 progress=progress,
                 builder=builder,

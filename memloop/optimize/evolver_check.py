@@ -1,10 +1,12 @@
 """``check_evolver``: the conformance suite of the Evolver contract, beside its Protocol.
 
-An :class:`memloop.optimize.evolvers.Evolver` turns (prompts, feedback summary) into an
-:class:`~memloop.optimize.evolvers.EvolveStep`. The suite checks its promises on a small scripted
-summary: every member of the Protocol is present; the inputs are not mutated; the step holds the
-same prompt names as the input, each a non-empty text; and two evolvers from the same factory
-(sharing a response cache, for LLM-backed ones) propose the same step from the same inputs.
+An :class:`memloop.optimize.contract.Evolver` turns an
+:class:`~memloop.optimize.contract.EvolveInput` (prompts, feedback summary, cycle, history,
+screen) into an :class:`~memloop.optimize.contract.EvolveStep`. The suite checks its promises on
+a small scripted summary: every member of the contract is present and its settings are a
+`Settings` that builds from defaults; the inputs are not mutated; the step holds the same prompt
+names as the input, each a non-empty text; and two evolvers from the same factory (sharing a
+response cache, for LLM-backed ones) propose the same step from the same inputs.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memloop.core.checks import CheckReport, ContractError
-from memloop.environment.policy_check import protocol_members
-from memloop.optimize.evolvers import Evolver, EvolveStep
-
-EVOLVER_MEMBERS = protocol_members(Evolver)
+from memloop.feedback.summary import FeedbackSummary
+from memloop.optimize.contract import (
+    EVOLVER_MEMBERS,
+    EvolveInput,
+    EvolveStep,
+    check_declaration,
+)
 
 DEFAULT_PROMPTS = {
     "writer": "Write down the facts the user states about themselves, one per line.",
@@ -49,7 +54,7 @@ def check_evolver(
     evolver_factory: Callable[[], Any],
     *,
     prompts: Mapping[str, str] = DEFAULT_PROMPTS,
-    summary: Mapping[str, Any] = DEFAULT_SUMMARY,
+    summary: Mapping[str, Any] | FeedbackSummary = DEFAULT_SUMMARY,
     cycle: int = 0,
     raise_on_problem: bool = True,
 ) -> CheckReport:
@@ -66,22 +71,22 @@ def check_evolver(
 
     expect = report.expect
 
-    missing = [m for m in EVOLVER_MEMBERS if not hasattr(first, m)]
-    if not expect(
-        not missing, "has every member of the Evolver contract", f"missing: {', '.join(missing)}"
-    ):
+    if not check_declaration(report, first, EVOLVER_MEMBERS, "Evolver"):
         return _finish(report, raise_on_problem)
-    expect(
-        isinstance(first.name, str) and bool(first.name),
-        "name is a non-empty str",
-        f"name is {first.name!r}",
-    )
 
-    given_prompts, given_summary = dict(prompts), copy.deepcopy(dict(summary))
-    before = (copy.deepcopy(given_prompts), copy.deepcopy(given_summary))
-    step = first.propose(given_prompts, given_summary, cycle=cycle)
+    def inputs() -> EvolveInput:
+        given = (
+            summary.model_copy(deep=True)
+            if isinstance(summary, FeedbackSummary)
+            else FeedbackSummary.from_data(copy.deepcopy(dict(summary)))
+        )
+        return EvolveInput(prompts=dict(prompts), summary=given, cycle=cycle)
+
+    given = inputs()
+    before = copy.deepcopy(given)
+    step = first.propose(given)
     expect(
-        (given_prompts, given_summary) == before,
+        given.prompts == before.prompts and given.summary == before.summary,
         "propose() leaves its inputs unchanged",
         "propose() mutated the prompts or the summary it was given",
     )
@@ -92,15 +97,14 @@ def check_evolver(
     ):
         return _finish(report, raise_on_problem)
     expect(
-        set(step.prompts) == set(given_prompts),
+        set(step.prompts) == set(given.prompts),
         "the step holds the same prompt names as the input",
-        f"prompt names in {sorted(given_prompts)}, out {sorted(step.prompts)}",
+        f"prompt names in {sorted(given.prompts)}, out {sorted(step.prompts)}",
     )
     empty = [k for k, v in step.prompts.items() if not isinstance(v, str) or not v.strip()]
     expect(not empty, "every proposed prompt is non-empty text", f"empty prompts: {empty}")
 
-    second = evolver_factory()
-    again = second.propose(dict(prompts), copy.deepcopy(dict(summary)), cycle=cycle)
+    again = evolver_factory().propose(inputs())
     expect(
         isinstance(again, EvolveStep) and again.prompts == step.prompts,
         "the same inputs give the same proposal (deterministic under the response cache)",

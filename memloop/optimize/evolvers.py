@@ -7,42 +7,32 @@
   rewrite is rejected (small models mostly copy the instructions verbatim), the same model is asked
   for the easier edit: one to three new rules, appended to the current instructions.
 GEPA needs candidate evaluations, not just a summary: it is a search (optimize/gepa_search.py).
-An evolver reports the tokens each proposal used in `EvolveStep.tokens`.
+An evolver reports the tokens each proposal used in `EvolveStep.tokens`. The contract they
+implement is in optimize/contract.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from memloop.feedback.summary import render_summary
 from memloop.llm.client import ChatClient
-
-
-class EvolveStep(BaseModel):
-    prompts: dict[str, str]
-    changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
-    errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
-    tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
-
-
-class Evolver(Protocol):
-    name: str
-
-    def propose(
-        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
-    ) -> EvolveStep: ...
+from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings
 
 
 class NoEvolver:
-    name = "none"
+    """Keeps the prompts: the no-evolution baseline."""
 
-    def propose(
-        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
-    ) -> EvolveStep:
-        return EvolveStep(prompts=dict(prompts))
+    name = "none"
+    Settings = NoSettings
+
+    def __init__(self, client: ChatClient | None = None, settings: NoSettings | None = None):
+        self.settings = settings or NoSettings()
+
+    def propose(self, inputs: EvolveInput) -> EvolveStep:
+        return EvolveStep(prompts=dict(inputs.prompts))
 
 
 REFLECT_SYSTEM = """\
@@ -199,6 +189,18 @@ def parse_rules(
     return rules[:max_rules], None
 
 
+class ReflectiveSettings(BaseModel):
+    """Settings of the reflective evolver (`settings: {reflective: {...}}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_words: int = Field(350, ge=8, description="words a rewrite may have (twice that at most)")
+    max_tokens: int = Field(1024, ge=16, description="cap of each reflection reply")
+    append_rules: bool = Field(
+        True, strict=True, description="when a rewrite is rejected, ask for rules to append"
+    )
+
+
 class ReflectiveEvolver:
     """Per predictor (component `optimizer`): one LLM call for a rewrite, else appended rules.
 
@@ -209,32 +211,25 @@ class ReflectiveEvolver:
     """
 
     name = "reflective"
+    Settings = ReflectiveSettings
 
     def __init__(
-        self,
-        client: ChatClient,
-        *,
-        max_words: int = 350,
-        max_tokens: int = 1024,
-        append_rules: bool = True,
+        self, client: ChatClient, settings: ReflectiveSettings | None = None, **overrides: Any
     ):
         self.client = client
-        self.append_rules = append_rules
-        self.max_words = max_words
-        self.max_tokens = max_tokens
+        self.settings = settings or ReflectiveSettings(**overrides)
 
-    def propose(
-        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
-    ) -> EvolveStep:
+    def propose(self, inputs: EvolveInput) -> EvolveStep:
         # the summary arrives within its budget (feedback.summary.budgeted_summary): no cut here
-        feedback = render_summary(summary)
+        feedback = inputs.summary.render()
         used_before = self.client.usage.component("optimizer").total_tokens
-        step = EvolveStep(prompts=dict(prompts))
-        banned = revealed_values(summary)
-        for name, instructions in sorted(prompts.items()):
+        step = EvolveStep(prompts=dict(inputs.prompts))
+        banned = inputs.summary.private
+        max_words, cycle = self.settings.max_words, inputs.cycle
+        for name, instructions in sorted(inputs.prompts.items()):
             request = dict(name=name, instructions=instructions, feedback=feedback)
             reply = self._ask(
-                REFLECT_SYSTEM.format(max_words=self.max_words),
+                REFLECT_SYSTEM.format(max_words=max_words),
                 REFLECT_USER.format(**request),
                 cycle,
             )
@@ -242,12 +237,12 @@ class ReflectiveEvolver:
             if problem is None:
                 step.prompts[name], step.changes[name] = new, changes
                 continue
-            if self.append_rules:
+            if self.settings.append_rules:
                 # a distinct sample index: the rules request never shares a cache entry
                 reply = self._ask(RULES_SYSTEM, RULES_USER.format(**request), cycle + 1000)
                 rules, rules_problem = parse_rules(reply, instructions, banned=banned)
                 new = instructions.rstrip() + "\n" + "\n".join(f"- {r}" for r in rules)
-                if rules_problem is None and len(new.split()) <= 2 * self.max_words:
+                if rules_problem is None and len(new.split()) <= 2 * max_words:
                     step.prompts[name] = new
                     step.changes[name] = [f"rewrite rejected ({problem}); appended rules"] + [
                         f"added: {r}" for r in rules
@@ -261,7 +256,7 @@ class ReflectiveEvolver:
     def _ask(self, system: str, user: str, sample: int) -> str:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         return self.client.chat(
-            messages, component="optimizer", sample=sample, max_tokens=self.max_tokens
+            messages, component="optimizer", sample=sample, max_tokens=self.settings.max_tokens
         ).text
 
     def _check(
@@ -275,7 +270,7 @@ class ReflectiveEvolver:
         words = len(new.split())
         if words < 8:
             return new, changes, f"rewrite too short ({words} words)"
-        if words > 2 * self.max_words:
+        if words > 2 * self.settings.max_words:
             return new, changes, f"rewrite too long ({words} words)"
         if not new.endswith(_ENDINGS):
             return new, changes, f"rewrite looks cut off ({new[-40:]!r})"
@@ -294,30 +289,6 @@ def _words(text: str) -> str:
     import re
 
     return " " + " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split()) + " "
-
-
-def revealed_values(summary: Any) -> set[str]:
-    """The users' own state values in a feedback summary, at any depth.
-
-    These are complete mode's `user_information_updates` and diagnostic mode's `actual` values.
-    """
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "user_information_updates" and isinstance(value, dict):
-                    found.update(str(v) for v in value.values() if v is not None)
-                elif key == "actual" and isinstance(value, (str, int, float)):
-                    found.add(str(value))
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(summary)
-    return found
 
 
 def leaked_values(text: str, instructions: str, values: Iterable[str]) -> list[str]:

@@ -44,20 +44,104 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
+from memloop.feedback.objective import Mode
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import collect, usage_by_component
 from memloop.feedback.scoring import quiet_score
-from memloop.feedback.summary import render_summary
+from memloop.feedback.summary import FeedbackSummary, render_summary
+from memloop.optimize.contract import EvolveInput, EvolveStep, propose
 from memloop.optimize.cycles import CycleRecord
 
 if TYPE_CHECKING:
-    from memloop.optimize.config import EvolveConfig
     from memloop.optimize.context import RunContext
+
+
+class GepaSettings(BaseModel):
+    """Settings of the GEPA search (`settings: {gepa: {...}}`; `gepa:` at the top works too)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    minibatch_size: int = Field(2, ge=1, description="training users per reflective step")
+    max_metric_calls: int | None = Field(
+        None,
+        ge=1,
+        description="episode evaluations budget; default: enough for the configured cycles",
+    )
+    reflection_max_tokens: int = Field(
+        1024, ge=16, description="cap of a reflection call (a proposal cut there is used as is)"
+    )
+    screen: Literal["replay", "none"] = Field(
+        "replay",
+        description="replay: a new candidate's training minibatch is scored by replaying its "
+        "parent's recorded conversations (state accuracy; optimize/replay_score.py); none: by "
+        "new on-policy episodes",
+    )
+
+
+class ReflectionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(1024, ge=16, description="cap of a reflection call")
+
+
+class GepaReflection:
+    """GEPA's proposal step as an evolver: gepa's own reflection prompt, one call per predictor.
+
+    Each user of the input summary is one example of gepa's reflective dataset (its task note,
+    the user's objective value as the output, and the user's feedback). The reply's text between
+    ``` fences is the new instruction (gepa's extractor), taken as is.
+    """
+
+    name = "gepa"
+    Settings = ReflectionSettings
+
+    def __init__(self, client: Any, settings: ReflectionSettings | None = None):
+        self.client = client
+        self.settings = settings or ReflectionSettings()
+
+    @staticmethod
+    def examples(summary: FeedbackSummary) -> list[dict[str, Any]]:
+        """Gepa's reflective dataset rows, one per user of `summary`."""
+        rows = []
+        for block in summary.users:
+            feedback = {k: v for k, v in block.items() if k != "outcome"}
+            rows.append(
+                {
+                    "Inputs": {"task": GEPA_COMPONENT_NOTE, "user": block.get("user")},
+                    "Generated Outputs": block.get("outcome", ""),
+                    "Feedback": render_summary(feedback),
+                }
+            )
+        return rows
+
+    def propose(self, inputs: EvolveInput) -> EvolveStep:
+        from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+        used_before = self.client.usage.component("optimizer").total_tokens
+        rows = self.examples(inputs.summary)
+        step = EvolveStep(prompts=dict(inputs.prompts))
+        for name, text in sorted(inputs.prompts.items()):
+            prompt = InstructionProposalSignature.prompt_renderer(
+                {"current_instruction_doc": text, "dataset_with_feedback": rows}
+            )
+            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+            # capped: a small model copies the whole reflection prompt back, and pays for it
+            reply = self.client.chat(
+                messages, component="optimizer", max_tokens=self.settings.max_tokens
+            ).text
+            new = InstructionProposalSignature.output_extractor(reply.strip())["new_instruction"]
+            step.prompts[name] = new
+            step.changes[name] = ["gepa reflection"]
+        step.tokens = self.client.usage.component("optimizer").total_tokens - used_before
+        return step
+
 
 GEPA_COMPONENT_NOTE = (
     "The assistant under test keeps a long-term memory of a user across many conversations. "
@@ -177,12 +261,13 @@ class FileLog:
 class EpisodeAdapter:
     """gepa.GEPAAdapter: evaluate a candidate on a batch of users by running their episodes."""
 
-    # GEPAAdapter's optional hook, read as an attribute: without it gepa 0.1.4's proposer fails
-    # on every iteration and proposes nothing (the reflection LM then writes the new texts)
-    propose_new_texts = None
-
-    def __init__(self, ctx: RunContext, screen: bool = False):
+    def __init__(
+        self, ctx: RunContext, screen: bool = False, proposer: GepaReflection | None = None
+    ):
         self.ctx = ctx
+        self.proposer = proposer  # makes every new candidate, through optimize.contract.propose
+        self.iteration = 0  # gepa's current iteration (set by the iteration callback)
+        self.feedback: FeedbackSummary | None = None  # the last reflective dataset's summary
         self.root = ctx.run_dir / "candidates"
         self.omitted = 0  # questions left out of reflection feedback by the size budget
         self.screen = screen  # screen new candidates on training users by replay
@@ -220,8 +305,8 @@ class EpisodeAdapter:
             scores.append(value)
             outputs.append({"user": item.id, self.objective(item.id): value})
             if capture_traces:
-                summary, report = self.ctx.summary([item], records, max_chars=FEEDBACK_CHARS)
-                self.omitted += len(report.omitted)
+                summary = self.ctx.summary([item], records, max_chars=FEEDBACK_CHARS)
+                self.omitted += len(summary.report.omitted) if summary.report else 0
                 trajectories.append({"user": item.id, "score": value, "summary": summary})
         return EvaluationBatch(
             outputs=outputs, scores=scores, trajectories=trajectories if capture_traces else None
@@ -282,26 +367,37 @@ class EpisodeAdapter:
         )
 
     def make_reflective_dataset(self, candidate, eval_batch, components_to_update):
-        rows = [
-            {
-                "Inputs": {"task": GEPA_COMPONENT_NOTE, "user": traj["user"]},
-                "Generated Outputs": OBJECTIVE_TEXT[self.objective(traj["user"])].format(
-                    traj["score"]
-                ),
-                "Feedback": render_summary(traj["summary"]),
-            }
-            for traj in eval_batch.trajectories or []
-        ]
+        """The minibatch's feedback: one summary of its users, each with its objective value.
+
+        Kept for `propose_new_texts`; gepa gets the same examples as rows (for its log).
+        """
+        parts = []
+        for traj in eval_batch.trajectories or []:
+            outcome = OBJECTIVE_TEXT[self.objective(traj["user"])].format(traj["score"])
+            parts.append((traj["summary"], {"outcome": outcome}))
+        self.feedback = FeedbackSummary.join(parts, mode=Mode(self.ctx.mode))
+        rows = GepaReflection.examples(self.feedback)
         return {name: rows for name in components_to_update}
+
+    def propose_new_texts(self, candidate, reflective_dataset, components_to_update):
+        """Gepa's proposal hook: the GEPA evolver proposes through the optimizer contract."""
+        assert self.proposer is not None and self.feedback is not None
+        inputs = EvolveInput(
+            prompts={name: candidate[name] for name in components_to_update},
+            summary=self.feedback,
+            cycle=self.iteration,
+        )
+        return propose(self.proposer, inputs).prompts
 
 
 class GepaSearch:
     name = "gepa"
+    Settings = GepaSettings
     needs_val = True
     evolves_itself = True
 
-    def spec(self, config: EvolveConfig) -> dict[str, Any]:
-        return {"name": self.name, **config.gepa.model_dump()}
+    def __init__(self, settings: GepaSettings | None = None):
+        self.settings = settings or GepaSettings()
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
         import gepa
@@ -314,20 +410,15 @@ class GepaSearch:
         from memloop.optimize.context import split_results, usage_tokens
 
         train, valset = ctx.users["train"], ctx.users["val"]
-        settings = ctx.config.gepa
+        settings = self.settings
         minibatch = min(settings.minibatch_size, len(train))
         budget = settings.max_metric_calls or (
             len(valset) + (ctx.config.cycles - 1) * (2 * minibatch + len(valset))
         )
         optimizer = ctx.clients.optimizer.fork()
-
-        def reflect(prompt: Any) -> str:
-            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-            # capped (gepa.reflection_max_tokens): a small model copies the whole reflection
-            # prompt back, and pays for every token of it
-            return optimizer.chat(
-                messages, component="optimizer", max_tokens=settings.reflection_max_tokens
-            ).text
+        proposer = GepaReflection(
+            optimizer, ReflectionSettings(max_tokens=settings.reflection_max_tokens)
+        )
 
         state_dir = ctx.run_dir / "gepa_state"
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -335,7 +426,7 @@ class GepaSearch:
         new_search = not (state_dir / "gepa_state.bin").is_file()
         history_path = ctx.run_dir / "gepa_cycles.json"
         history = load_history(history_path)
-        adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay")
+        adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay", proposer=proposer)
         adapter.draws = draws = SearchDraws(ctx.config.seed, minibatch)
 
         def counts() -> tuple[int, int]:
@@ -374,6 +465,7 @@ class GepaSearch:
 
             def on_iteration_start(self, event: Any) -> None:
                 self.since, self.error = counts(), sys.exc_info()[1]
+                adapter.iteration = event["iteration"]
 
             def on_iteration_end(self, event: Any) -> None:
                 # gepa reports the end from a `finally`: an iteration that raised (Ctrl-C
@@ -404,8 +496,7 @@ class GepaSearch:
             seed_candidate=dict(ctx.initial_prompts),
             trainset=list(train),
             valset=list(valset),
-            adapter=adapter,
-            reflection_lm=reflect,
+            adapter=adapter,  # its propose_new_texts makes the proposals (GepaReflection)
             # what "pareto" and reflection_minibatch_size would build, on resumable draws
             candidate_selection_strategy=draws.selector,
             batch_sampler=draws.sampler,

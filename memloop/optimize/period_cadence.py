@@ -25,20 +25,21 @@ from memloop.feedback.probes import Prober
 from memloop.feedback.report import collect, period_metrics
 from memloop.feedback.summary import budgeted_summary
 from memloop.llm.usage import UsageTracker
+from memloop.optimize.contract import EvolveInput, NoSettings, propose
 from memloop.optimize.cycles import CycleRecord, SplitResult
 
 if TYPE_CHECKING:
-    from memloop.optimize.config import EvolveConfig
     from memloop.optimize.context import RunContext
 
 
 class PeriodSearch:
     name = "period"
+    Settings = NoSettings
     needs_val = False
     evolves_itself = False
 
-    def spec(self, config: EvolveConfig) -> dict[str, Any]:
-        return {"name": self.name}
+    def __init__(self, settings: NoSettings | None = None):
+        self.settings = settings or NoSettings()
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
         config, store, items = ctx.config, ctx.store, ctx.train
@@ -106,13 +107,14 @@ class PeriodSearch:
             it.id: {v: it.state_at(p)[v] for e in it.exposed_values(p) for v in e}
             for it in ctx.train
         }
-        summary, report = budgeted_summary(
+        summary = budgeted_summary(
             [q for q in questions if q.period == p],
             ctx.mode,
             updates,
             max_questions=ctx.config.summary_max_questions,
             max_chars=ctx.config.summary_max_chars,
             history=questions,
+            private=(v for it in ctx.train for v in it.private_values()),
         )
         ctx.store.save_summary(p, summary)
         held = ctx.evaluate_splits(prompts, ctx.store.cycle_dir(p), splits=("val", "test"))
@@ -123,10 +125,11 @@ class PeriodSearch:
             cycle=p,
             splits={"train": SplitResult.from_metrics(train), **split_results(held)},
             tokens=tokens,
-            feedback=report if Mode(ctx.mode).evolves else None,
+            feedback=summary.report if Mode(ctx.mode).evolves else None,
         )
         if not last:
-            step = evolver.propose(prompts, summary, cycle=p)
+            # no history (the period's prompt has no validation score yet) and no replay screen
+            step = propose(evolver, EvolveInput(prompts=prompts, summary=summary, cycle=p))
             ctx.store.save_step(p, step)
             record.tokens["optimizer"] = step.tokens
         record.seconds = round(time.perf_counter() - started, 1)

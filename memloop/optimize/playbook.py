@@ -27,9 +27,10 @@ Each cycle:
    them), names a user's own state value, is not one sentence or names an unknown id is dropped
    and recorded; ids are never reused; at most `max_rules` rules.
 
-The search gives the evolver the history of (prompts, validation objective) of the finished
-cycles (`wants_history`) and the replay screen (`wants_screen`); without them (check_evolver,
-the period search) there is no revert, no count and no screening: the first usable delta.
+The input's `history` of (prompts, validation objective) of the finished cycles and its replay
+`screen` come from the episode search; without them (check_evolver, the period search) there is
+no revert, no count and no screening: the first usable delta. The feedback is the summary fitted
+to `feedback_chars` (whole questions left out, never a cut text).
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memloop.feedback.summary import render_summary
+from pydantic import BaseModel, ConfigDict, Field
+
 from memloop.llm.client import ChatClient
-from memloop.optimize.evolvers import _ENDINGS, EvolveStep, leaked_values, revealed_values
+from memloop.optimize.contract import EvolveInput, EvolveStep
+from memloop.optimize.evolvers import _ENDINGS, leaked_values
 
 HEADER = "Rules learned from feedback:"
 _RULE = re.compile(r"^\[(r\d+)\] (.+)$", re.M)
@@ -115,43 +118,39 @@ def rule_counts(history: Sequence[tuple[dict[str, str], float | None]]) -> dict[
     return counts
 
 
+class PlaybookSettings(BaseModel):
+    """Settings of the playbook evolver (`settings: {playbook: {...}}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidates: int = Field(3, ge=1, le=16, description="deltas sampled per predictor and cycle")
+    sample_temperature: float = Field(
+        0.8, ge=0, le=2, description="temperature of the samples when candidates > 1"
+    )
+    max_rules: int = Field(8, ge=1, le=100, description="rules a playbook may hold")
+    max_words: int = Field(30, ge=3, le=200, description="words per rule")
+    max_tokens: int = Field(160, ge=16, description="cap of each reflector reply")
+    feedback_chars: int = Field(
+        6000, ge=200, description="the feedback summary is fitted to this many characters"
+    )
+
+
 class PlaybookEvolver:
     """Per predictor one reflector call (component `optimizer`) for one delta to its rules."""
 
     name = "playbook"
-    wants_history = True  # the search passes [(prompts, validation objective)] of past cycles
-    wants_screen = True  # and a replay screen of candidate prompts on the training users
+    Settings = PlaybookSettings
 
     def __init__(
-        self,
-        client: ChatClient,
-        *,
-        candidates: int = 3,
-        sample_temperature: float = 0.8,
-        max_rules: int = 8,
-        max_words: int = 30,
-        max_tokens: int = 160,
-        feedback_chars: int = 6000,
+        self, client: ChatClient, settings: PlaybookSettings | None = None, **overrides: Any
     ):
         self.client = client
-        self.candidates = candidates
-        self.sample_temperature = sample_temperature
-        self.max_rules = max_rules
-        self.max_words = max_words
-        self.max_tokens = max_tokens
-        self.feedback_chars = feedback_chars
+        self.settings = settings or PlaybookSettings(**overrides)
 
-    def propose(
-        self,
-        prompts: dict[str, str],
-        summary: dict[str, Any],
-        *,
-        cycle: int,
-        history: Sequence[tuple[dict[str, str], float | None]] | None = None,
-        screen: Callable[[dict[str, str]], Any] | None = None,
-    ) -> EvolveStep:
+    def propose(self, inputs: EvolveInput) -> EvolveStep:
+        prompts, cycle, screen = inputs.prompts, inputs.cycle, inputs.screen
         used_before = self.client.usage.component("optimizer").total_tokens
-        history = list(history or [])
+        history = list(inputs.history)
         base, notes = dict(prompts), []
         if len(history) >= 2:
             (earlier, v0), (_, v1) = history[-2], history[-1]
@@ -165,8 +164,14 @@ class PlaybookEvolver:
             for i, _ in split_playbook(text)[1]
         }
         next_id = max(used_ids, default=0) + 1
-        feedback = render_summary(summary)[: self.feedback_chars]
-        banned = revealed_values(summary)
+        fitted = inputs.summary.fit(self.settings.feedback_chars)
+        feedback = fitted.render()
+        banned = set(inputs.summary.private)
+        if fitted is not inputs.summary:
+            notes.append(
+                f"feedback fitted to {self.settings.feedback_chars} characters: "
+                f"{inputs.summary.questions() - fitted.questions()} questions left out"
+            )
         step = EvolveStep(prompts=dict(base))
         screened_tokens = 0
         for name, text in sorted(base.items()):
@@ -223,7 +228,7 @@ class PlaybookEvolver:
             for i, r in rules
         )
         messages = [
-            {"role": "system", "content": DELTA_SYSTEM.format(max_words=self.max_words)},
+            {"role": "system", "content": DELTA_SYSTEM.format(max_words=self.settings.max_words)},
             {
                 "role": "user",
                 "content": DELTA_USER.format(
@@ -232,15 +237,17 @@ class PlaybookEvolver:
             },
         ]
         out: list[dict[str, str] | str] = []
-        for j in range(self.candidates):
+        for j in range(self.settings.candidates):
             result = self.client.chat_json(
                 messages,
                 DELTA_SCHEMA,
                 component="optimizer",
                 sample=cycle * 1000 + j,
-                max_tokens=self.max_tokens,
+                max_tokens=self.settings.max_tokens,
                 # one candidate: the endpoint's temperature; several: sampled, so they differ
-                temperature=None if self.candidates == 1 else self.sample_temperature,
+                temperature=None
+                if self.settings.candidates == 1
+                else self.settings.sample_temperature,
             )
             if result.json_error is not None:
                 out.append(f"reflector reply unusable ({result.json_error})")
@@ -312,8 +319,12 @@ class PlaybookEvolver:
                 return rules, "", f"EDIT of unknown rule {rule_id!r}"
             edited = [(i, text if i == rule_id else r) for i, r in rules]
             return edited, f"edited {rule_id}: {text}", None
-        if len(rules) >= self.max_rules:
-            return rules, "", f"ADD dropped: already {self.max_rules} rules (remove one first)"
+        if len(rules) >= self.settings.max_rules:
+            return (
+                rules,
+                "",
+                f"ADD dropped: already {self.settings.max_rules} rules (remove one first)",
+            )
         return [*rules, (new_id, text)], f"added {new_id}: {text}", None
 
     def _bad_rule(
@@ -325,8 +336,8 @@ class PlaybookEvolver:
         skip: str | None,
     ) -> str | None:
         words = text.split()
-        if not 3 <= len(words) <= self.max_words:
-            return f"{len(words)} words (one sentence of 3 to {self.max_words})"
+        if not 3 <= len(words) <= self.settings.max_words:
+            return f"{len(words)} words (one sentence of 3 to {self.settings.max_words})"
         if not text.endswith(_ENDINGS) or re.search(r"[.!?] +[A-Z]", text):
             return "not one sentence"
         mine = _norm(text)

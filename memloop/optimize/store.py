@@ -3,7 +3,7 @@
 Layout (cycle k):
     cycle_kk/prompts.json   the prompts the cycle evaluates (fixed the first time it starts)
     cycle_kk/cycle.json     its CycleRecord (written last: the cycle is finished)
-    cycle_kk/summary.json   the feedback summary the next prompts come from
+    cycle_kk/summary.json   the FeedbackSummary the next prompts come from (MLflow gets its text)
     cycle_kk/evolve.json    the evolver's step (the next cycle's prompts)
     cycle_kk/<split>/...    evaluation outputs; episodes/ holds their checkpoints
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from memloop.core.files import atomic_write_json, atomic_write_text
+from memloop.feedback.summary import FeedbackSummary
+from memloop.optimize.contract import EvolveStep
 from memloop.optimize.cycles import CycleRecord
-from memloop.optimize.evolvers import EvolveStep
 
 
 class CycleStore:
@@ -51,12 +51,12 @@ class CycleStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=1))
 
-    def summary(self, k: int) -> dict[str, Any] | None:
+    def summary(self, k: int) -> FeedbackSummary | None:
         path = self.cycle_dir(k) / "summary.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        return FeedbackSummary.load(path.read_text()) if path.is_file() else None
 
-    def save_summary(self, k: int, summary: dict[str, Any]) -> None:
-        atomic_write_json(self.cycle_dir(k) / "summary.json", summary)
+    def save_summary(self, k: int, summary: FeedbackSummary) -> None:
+        atomic_write_text(self.cycle_dir(k) / "summary.json", summary.model_dump_json(indent=1))
 
     def step(self, k: int) -> EvolveStep | None:
         path = self.cycle_dir(k) / "evolve.json"
@@ -72,4 +72,7 @@ class CycleStore:
             path = self.cycle_dir(k) / f"{name}.json"
             if path.is_file():
                 out[name] = path.read_text()
+        summary = self.summary(k)
+        if summary is not None:  # what the evolver read (the private values stay in the folder)
+            out["summary"] = summary.render()
         return out

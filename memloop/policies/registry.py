@@ -14,16 +14,14 @@ ones.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from memloop.core import plugins
 from memloop.core.errors import UserError
 from memloop.core.files import file_sha256
+from memloop.core.plugins import MissingName, import_target
 
 ENTRY_POINT_GROUP = "memloop.policies"
 
@@ -49,7 +47,7 @@ class PolicySource:
 
 def installed() -> dict[str, str]:
     """{short name: target} registered by installed packages (entry points)."""
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return plugins.installed(ENTRY_POINT_GROUP)
 
 
 def known_names() -> list[str]:
@@ -78,15 +76,7 @@ def resolve(kind: str, where: str, base_dir: Path | None = None) -> PolicySource
             "'path/to/file.py:ClassName'"
         )
     if module.endswith(".py"):
-        path = Path(module)
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        if not path.is_file():
-            raise UserError(
-                f"{where}: key 'type': no such file {path} (a path in a YAML file is relative "
-                "to that file's folder)"
-            )
-        path = path.resolve()
+        path = plugins.plugin_file(module, base_dir, f"{where}: key 'type'")
         return PolicySource(kind, f"{path}:{cls}", str(path))
     return PolicySource(kind, target, None)
 
@@ -95,18 +85,14 @@ def load_class(source: PolicySource, where: str) -> type:
     """Import the class of `source`; one-line UserError when it does not import."""
     module_name, _, cls_name = source.target.rpartition(":")
     try:
-        if module_name.endswith(".py"):
-            module = _module_from_file(Path(module_name))
-        else:
-            module = importlib.import_module(module_name)
+        cls = import_target(source.target)
+    except MissingName:
+        raise UserError(f"{where}: key 'type': {module_name} has no class {cls_name}") from None
     except Exception as exc:  # the user's code: any error is a bad `type:`
         raise UserError(
             f"{where}: key 'type': {source.type!r} does not import: "
             f"{type(exc).__name__}: {exc}".splitlines()[0]
         ) from None
-    cls = getattr(module, cls_name, None)
-    if cls is None:
-        raise UserError(f"{where}: key 'type': {module_name} has no class {cls_name}")
     if not isinstance(cls, type):
         raise UserError(
             f"{where}: key 'type': {source.type!r} is a {type(cls).__name__}, not a class"
@@ -117,20 +103,3 @@ def load_class(source: PolicySource, where: str) -> type:
 def plugin_class(config: Any) -> type:
     """The class of a PluginConfig (imported when its YAML was read, so this cannot fail twice)."""
     return load_class(PolicySource(config.type, config.target, None), f"policy {config.type!r}")
-
-
-def _module_from_file(path: Path):
-    """The module of a plug-in file, imported once per file content."""
-    name = f"memloop_plugin_{file_sha256(path)[:16]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before executing: dataclasses and pickling look it up
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memloop.optimize.evolvers import EvolveStep
+from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings
 from memloop.testing.checker import is_recall_request, notes_checker
 from memloop.testing.fake_server import request_schema
 
@@ -14,17 +14,22 @@ class ScriptedEvolver:
     """Appends ``rule`` (with the cycle number) to every prompt; passes ``check_evolver``."""
 
     name = "scripted"
+    Settings = NoSettings
 
-    def __init__(self, rule: str = "Keep each stored fact current.") -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        settings: NoSettings | None = None,
+        rule: str = "Keep each stored fact current.",
+    ) -> None:
+        self.settings = settings or NoSettings()
         self.rule = rule
 
-    def propose(
-        self, prompts: dict[str, str], summary: dict[str, Any], *, cycle: int
-    ) -> EvolveStep:
-        line = f"{self.rule} (cycle {cycle})"
+    def propose(self, inputs: EvolveInput) -> EvolveStep:
+        line = f"{self.rule} (cycle {inputs.cycle})"
         return EvolveStep(
-            prompts={k: f"{v}\n{line}" for k, v in prompts.items()},
-            changes={k: [f"added: {line}"] for k in prompts},
+            prompts={k: f"{v}\n{line}" for k, v in inputs.prompts.items()},
+            changes={k: [f"added: {line}"] for k in inputs.prompts},
         )
 
 

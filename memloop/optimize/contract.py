@@ -1,0 +1,171 @@
+"""The optimizer contract: what every evolver and every search receives, declares and returns.
+
+Two kinds of optimizer, one shape (in the spirit of DSPy's single `compile`):
+- an **Evolver** proposes the next prompts of one step: `propose(EvolveInput) -> EvolveStep`;
+- a **Search** turns a run into cycles: `cycles(ctx) -> Iterator[CycleRecord]`, asking an
+  evolver for each proposal (GEPA's Pareto search asks its own, `gepa`, through the same input).
+
+Each declares its settings as a pydantic model (`Settings`), read from the experiment YAML's
+`settings: {<name>: {...}}` and recorded in the run's RunSpec, and is built the same way:
+`Evolver(client, settings)`, `Search(settings)`. Every one is found by name in one registry
+(optimize/registry.py). Every proposal goes through `propose` below, the one place a proposal
+is made and checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memloop.feedback.summary import FeedbackSummary
+from memloop.optimize.cycles import CycleRecord
+
+
+class NoSettings(BaseModel):
+    """The settings of an optimizer that has none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvolveStep(BaseModel):
+    """One proposal: the next prompts, what changed, what was kept and why, and its cost."""
+
+    prompts: dict[str, str]
+    changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
+    errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
+    tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
+
+
+EVOLVER_MEMBERS = ("name", "Settings", "propose")  # on the class; its instances add `settings`
+SEARCH_MEMBERS = ("name", "Settings", "needs_val", "evolves_itself", "cycles")
+
+History = Sequence[tuple[dict[str, str], float | None]]
+
+
+@dataclass(frozen=True)
+class EvolveInput:
+    """Everything an evolver may use for one proposal.
+
+    - `prompts`: {predictor: instructions} now;
+    - `summary`: the feedback (within its budget; `summary.fit(n)` for a smaller one);
+    - `cycle`: the cycle (or period, or GEPA iteration) the proposal follows;
+    - `history`: [(prompts, validation objective)] of the finished cycles, oldest first
+      (empty where a search has none: the period search, GEPA);
+    - `screen`: scores candidate prompts by replaying the training users' recorded
+      conversations (optimize/replay_score.py), or None where a search cannot.
+    """
+
+    prompts: dict[str, str]
+    summary: FeedbackSummary
+    cycle: int = 0
+    history: History = field(default_factory=tuple)
+    screen: Callable[[dict[str, str]], Any] | None = None
+
+
+@runtime_checkable
+class Evolver(Protocol):
+    """Built as `Cls(client, settings)`; `client` is the optimizer role's model."""
+
+    name: str
+    # and a class attribute `Settings`: the settings model (checked by the registry)
+
+    @property
+    def settings(self) -> BaseModel:
+        """This evolver's settings (a `Settings`)."""
+        ...
+
+    def propose(self, inputs: EvolveInput) -> EvolveStep: ...
+
+
+@runtime_checkable
+class Search(Protocol):
+    """Built as `Cls(settings)`; never logs, never selects (RunContext.run does both)."""
+
+    name: str
+    # and a class attribute `Settings`: the settings model (checked by the registry)
+
+    @property
+    def settings(self) -> BaseModel:
+        """This search's settings (a `Settings`)."""
+        ...
+
+    needs_val: bool  # refuses to start without validation users
+    evolves_itself: bool  # True: proposes with its own evolver (conditions are (mode, name))
+
+    def cycles(self, ctx: Any) -> Iterator[CycleRecord]:
+        """Yield cycle 0, 1, ... in order, each saved in `ctx.store` before it is yielded.
+
+        `ctx` is the run's optimize.context.RunContext (untyped here: the context imports this
+        module).
+        """
+        ...
+
+
+def builds_from_defaults(model: type[BaseModel]) -> bool:
+    """Whether `model()` builds: a YAML without `settings:` for the optimizer must work."""
+    try:
+        model()
+    except Exception:  # a required setting, or a model that is not one
+        return False
+    return True
+
+
+def check_declaration(report: Any, optimizer: Any, members: tuple[str, ...], contract: str) -> bool:
+    """The checks every optimizer's suite starts with, into `report` (a core.checks.CheckReport).
+
+    Every member of the `contract`, a non-empty name, and settings that are a pydantic `Settings`
+    model building from defaults. False when members are missing (nothing else can be checked).
+    """
+    expect = report.expect
+    missing = [m for m in (*members, "settings") if not hasattr(optimizer, m)]
+    if not expect(
+        not missing,
+        f"has every member of the {contract} contract",
+        f"missing: {', '.join(missing)}",
+    ):
+        return False
+    expect(
+        isinstance(optimizer.name, str) and bool(optimizer.name),
+        "name is a non-empty str",
+        f"name is {optimizer.name!r}",
+    )
+    declared = optimizer.Settings
+    expect(
+        isinstance(declared, type)
+        and issubclass(declared, BaseModel)
+        and isinstance(optimizer.settings, declared)
+        and builds_from_defaults(declared),
+        "settings are a pydantic Settings model that builds from defaults",
+        f"Settings is {declared!r}, settings {type(optimizer.settings).__name__}",
+    )
+    return True
+
+
+def settings_record(name: str, settings: BaseModel) -> dict[str, Any]:
+    """An optimizer's name and settings as the RunSpec records them."""
+    return {"name": name, **settings.model_dump(mode="json")}
+
+
+def propose(evolver: Evolver, inputs: EvolveInput) -> EvolveStep:
+    """The one way a proposal is made: the evolver's step, checked against its input.
+
+    A step holds the input's predictors, each non-empty text; what an evolver leaves out or
+    empties keeps its old text, recorded as an error.
+    """
+    step = evolver.propose(inputs)
+    if not isinstance(step, EvolveStep):
+        raise TypeError(
+            f"evolver {evolver.name}: propose returned {type(step).__name__}, not an EvolveStep"
+        )
+    prompts, errors = dict(inputs.prompts), dict(step.errors)
+    for name, text in step.prompts.items():
+        if name not in prompts:
+            errors[name] = "not a predictor of this policy; dropped"
+        elif not isinstance(text, str) or not text.strip():
+            errors[name] = "empty proposal; kept the old one"
+        else:
+            prompts[name] = text
+    return step.model_copy(update={"prompts": prompts, "errors": errors})
