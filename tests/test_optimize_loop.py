@@ -819,29 +819,28 @@ def test_revealed_values_are_collected_at_any_depth_in_complete_and_diagnostic_s
 
 def test_rules_and_rewrites_naming_a_users_values_are_rejected():
     """A prompt shared by every user must not carry one user's facts (e.g. `shared_house`)."""
-    from memloop.optimize.evolvers import ReflectiveEvolver, leaked_values, parse_rules
+    from memloop.optimize.evolvers import ReflectiveEvolver, parse_rules
+    from memloop.optimize.leaks import LeakCheck, named
 
     old = "- Keep the facts the user states about themselves, e.g. whether they live alone."
     values = {"shared_house", "monthly_trips", "no", "alone"}
-    assert leaked_values("Record that the user lives in a Shared-House.", old, values) == [
-        "shared_house"
-    ]
+    assert named("Record that the user lives in a Shared-House.", values, old) == ["shared_house"]
     # too short to tell apart ("no"), or already in the instructions ("alone"): not a leak
-    assert leaked_values("Say no to guesses; note who lives alone.", old, values) == []
-    assert leaked_values("Record the kind of home the user lives in.", old, values) == []
+    assert named("Say no to guesses; note who lives alone.", values, old) == []
+    assert named("Record the kind of home the user lives in.", values, old) == []
+    check = LeakCheck(frozenset(values))
     rules, problem = parse_rules(
         "<rules>\n- Record that the user takes monthly trips.\n"
         "- Record how often the user travels.\n</rules>",
         old,
-        banned=values,
+        leaks=check,
     )
-    assert (rules, problem) == (["Record how often the user travels."], None)
+    assert (rules, problem, check.rejected) == (["Record how often the user travels."], None, 1)
     rules, problem = parse_rules(
-        "<rules>\n- Note the user's shared house.\n</rules>", old, banned=values
+        "<rules>\n- Note the user's shared house.\n</rules>", old, leaks=check
     )
-    assert (
-        rules == [] and problem == "no usable new rule in the reply (1 named a user's own values)"
-    )
+    assert rules == [] and check.rejected == 2
+    assert problem == "no usable new rule in the reply (1 named a user's private value)"
 
     summary = {"users": [{"user_information_updates": {"home_type": "shared_house"}}]}
     leaky = old + "\n- The user lives in a shared house; keep that."
@@ -855,7 +854,8 @@ def test_rules_and_rewrites_naming_a_users_values_are_rejected():
         client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=None)
         step = ReflectiveEvolver(client).propose(evolve_input({"writer": old}, summary))
     assert step.prompts["writer"] == old + "\n- Update the home type when the user moves."
-    assert "names a user's own values (shared_house)" in step.changes["writer"][0]
+    assert "rewrite names 1 private value of the users" in step.changes["writer"][0]
+    assert "shared_house" not in json.dumps(step.model_dump())  # the step is logged: no value
 
 
 def evolve_input(prompts, summary):

@@ -13,6 +13,7 @@ from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
 from memloop.optimize.contract import EvolveInput
 from memloop.optimize.evolver_check import check_evolver
+from memloop.optimize.leaks import LeakCheck
 from memloop.optimize.playbook import (
     HEADER,
     PlaybookEvolver,
@@ -57,7 +58,7 @@ def test_a_playbook_round_trips_through_the_prompt_text():
         (
             {"op": "ADD", "id": "new", "rule": "Remember that the user lives in Lisbon."},
             "",
-            "names a user's own values (lisbon)",
+            "names 1 private value of the users",
         ),
         ({"op": "ADD", "id": "new", "rule": "Too short."}, "", "2 words"),
         (
@@ -82,7 +83,7 @@ def test_a_playbook_round_trips_through_the_prompt_text():
 def test_the_merge_is_deterministic_and_drops_bad_deltas(delta, change, problem):
     rules = [("r1", "Replace an old value when it changes."), ("r2", "Keep amounts exact.")]
     evolver = PlaybookEvolver(client=None)  # merge needs no model
-    merged, what, why = evolver.merge(rules, delta, "r3", {"lisbon"}, CORE)
+    merged, what, why = evolver.merge(rules, delta, "r3", LeakCheck(frozenset({"lisbon"})), CORE)
     assert what.startswith(change) if change else what == ""
     if problem is None:
         assert why is None and merged != rules
@@ -101,7 +102,7 @@ def test_at_most_max_rules():
         rules,
         {"op": "ADD", "id": "new", "rule": "Write the user's job title exactly."},
         "r3",
-        set(),
+        LeakCheck(frozenset()),
         CORE,
     )
     assert merged == rules and "already 2 rules" in why

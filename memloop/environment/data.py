@@ -204,7 +204,8 @@ class UserItem(_Record):
         """What is this user's own; no prompt shared by every user may name one of them.
 
         Every state value of every period (superseded ones too), the values the sessions reveal,
-        the name (whole and each part of 4 letters or more) and the profile's identifying fields.
+        the name (whole and each part of 4 letters or more) and the profile's identifying fields
+        (whole, and each item of a comma-separated list).
         """
         found = {str(v) for p in self.periods for v in p.state.values() if v is not None}
         found |= {
@@ -214,7 +215,8 @@ class UserItem(_Record):
         for key in PRIVATE_PROFILE_FIELDS:
             value = getattr(profile, key)
             if isinstance(value, str) and value.strip():
-                found.add(value.strip())
+                found.add(value.strip())  # and each item of a list ("astronomy, knitting")
+                found.update(part.strip() for part in value.split(",") if part.strip())
         if profile.name:
             found.update(part for part in profile.name.split() if len(part) >= 4)
         return found

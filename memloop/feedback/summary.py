@@ -380,8 +380,12 @@ def episode_summary(
     max_questions: int,
     max_chars: int,
     periods: int | None = None,
+    private: Iterable[str] = (),
 ) -> FeedbackSummary:
-    """The budgeted summary of whole episodes (the first `periods` of each) of `items`."""
+    """The budgeted summary of whole episodes (the first `periods` of each) of `items`.
+
+    Its private values are `items`' own (`UserItem.private_values`) and `private` (other users').
+    """
     updates = {
         item.id: latest_updates(item, min(periods or item.num_periods, item.num_periods))
         for item in items
@@ -392,5 +396,5 @@ def episode_summary(
         updates,
         max_questions=max_questions,
         max_chars=max_chars,
-        private=(v for item in items for v in item.private_values()),
+        private=[*private, *(v for item in items for v in item.private_values())],
     )

@@ -12,6 +12,7 @@ log and never select; this module imports no search.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
 from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
+from memloop.optimize.leaks import named
 from memloop.optimize.store import CycleStore
 from memloop.runs import tracker
 from memloop.runs.folder import open_run_folder
@@ -47,7 +49,11 @@ def role_clients(endpoints: Any) -> RoleClients:
 def split_users(
     items: list[UserItem], spec: EnvSpec, source: str | None = None
 ) -> dict[str, list[UserItem]]:
-    """{split: users}: the environment's users in order, train then val then test."""
+    """{split: users}: the environment's users in order, train then val then test.
+
+    One-line UserError when the environment has fewer users, or fewer periods than
+    `environment.periods` asks for.
+    """
     sizes = spec.sizes()
     need = sum(sizes.values())
     if len(items) < need:
@@ -55,6 +61,12 @@ def split_users(
         raise UserError(
             f"{source or 'config'}: key 'environment': {asked} = {need} users, but the "
             f"environment has {len(items)}"
+        )
+    have = min((item.num_periods for item in items), default=0)
+    if spec.periods is not None and spec.periods > have:
+        raise UserError(
+            f"{source or 'config'}: key 'environment.periods': {spec.periods}, but the "
+            f"environment's users have {have} periods (drop the key to run them all)"
         )
     out, start = {}, 0
     for split in SPLITS:
@@ -181,6 +193,31 @@ class RunContext:
     def train(self) -> list[UserItem]:
         return self.users["train"]
 
+    @functools.cached_property
+    def private(self) -> frozenset[str]:
+        """Every user's private values (all splits): no prompt of this run may name one."""
+        return frozenset(
+            v for items in self.users.values() for i in items for v in i.private_values()
+        )
+
+    def check_no_leak(self, record: CycleRecord) -> None:
+        """Stop a run whose search yields a cycle whose prompts name a private value.
+
+        The built-in searches propose through `contract.propose`, which rejects such a candidate
+        first; this is the last gate before anything is logged or registered, for any search.
+        """
+        prompts = self.store.saved_prompts(record.cycle) or {}
+        leaking = sorted(
+            n for n, t in prompts.items() if named(t, self.private, self.initial_prompts.get(n, ""))
+        )
+        if leaking:
+            raise UserError(
+                f"search {self.search_name}: cycle {record.cycle}'s prompt for "
+                f"{', '.join(leaking)} names a private value of the users; nothing of it was "
+                "logged or registered (propose through memloop.optimize.contract.propose, which "
+                "rejects such candidates)"
+            )
+
     # -- evaluation ------------------------------------------------------------------------
 
     def factory(self, prompts: dict[str, str]):
@@ -238,6 +275,7 @@ class RunContext:
             max_questions=self.config.summary_max_questions,
             max_chars=max_chars or self.config.summary_max_chars,
             periods=self.config.environment.periods,
+            private=self.private,
         )
 
     # -- the run ---------------------------------------------------------------------------
@@ -282,6 +320,7 @@ class RunContext:
         versions: dict[int, int | None] = {}
         try:
             for record in cycles:
+                self.check_no_leak(record)
                 versions[record.cycle] = self.log_cycle(mlc, run_id, record)
                 outcome.cycles.append(record)
         except BaseException:

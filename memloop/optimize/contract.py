@@ -9,19 +9,20 @@ Each declares its settings as a pydantic model (`Settings`), read from the exper
 `settings: {<name>: {...}}` and recorded in the run's RunSpec, and is built the same way:
 `Evolver(client, settings)`, `Search(settings)`. Every one is found by name in one registry
 (optimize/registry.py). Every proposal goes through `propose` below, the one place a proposal
-is made and checked.
+is made and checked, against the leak check (optimize/leaks.py) included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.feedback.summary import FeedbackSummary
 from memloop.optimize.cycles import CycleRecord
+from memloop.optimize.leaks import LeakCheck, described
 
 
 class NoSettings(BaseModel):
@@ -37,6 +38,7 @@ class EvolveStep(BaseModel):
     changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
     errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
     tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
+    leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (set by `propose`)
 
 
 EVOLVER_MEMBERS = ("name", "Settings", "propose")  # on the class; its instances add `settings`
@@ -55,7 +57,9 @@ class EvolveInput:
     - `history`: [(prompts, validation objective)] of the finished cycles, oldest first
       (empty where a search has none: the period search, GEPA);
     - `screen`: scores candidate prompts by replaying the training users' recorded
-      conversations (optimize/replay_score.py), or None where a search cannot.
+      conversations (optimize/replay_score.py), or None where a search cannot;
+    - `leaks`: the leak check of this proposal, on the summary's private values (made here;
+      an evolver may use it to drop a leaking rule early: `inputs.leaks.reject(text, old)`).
     """
 
     prompts: dict[str, str]
@@ -63,6 +67,10 @@ class EvolveInput:
     cycle: int = 0
     history: History = field(default_factory=tuple)
     screen: Callable[[dict[str, str]], Any] | None = None
+    leaks: LeakCheck = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "leaks", LeakCheck(frozenset(self.summary.private)))
 
 
 @runtime_checkable
@@ -152,9 +160,16 @@ def settings_record(name: str, settings: BaseModel) -> dict[str, Any]:
 def propose(evolver: Evolver, inputs: EvolveInput) -> EvolveStep:
     """The one way a proposal is made: the evolver's step, checked against its input.
 
-    A step holds the input's predictors, each non-empty text; what an evolver leaves out or
-    empties keeps its old text, recorded as an error.
+    A step holds the input's predictors, each non-empty text naming no private value of the users
+    (optimize/leaks.py); what an evolver leaves out, empties or leaks keeps its old text, recorded
+    as an error, and every leak is counted in `leaks_rejected` (with those the evolver's own use
+    of `inputs.leaks` dropped). A prompt that names a private value is not screened either: the
+    screen reports it undefined.
     """
+    check = inputs.leaks
+    if inputs.screen is not None:
+        inputs = replace(inputs, screen=_guarded(inputs.screen, inputs.prompts, check))
+        object.__setattr__(inputs, "leaks", check)  # one count for the screen and the step
     step = evolver.propose(inputs)
     if not isinstance(step, EvolveStep):
         raise TypeError(
@@ -166,6 +181,24 @@ def propose(evolver: Evolver, inputs: EvolveInput) -> EvolveStep:
             errors[name] = "not a predictor of this policy; dropped"
         elif not isinstance(text, str) or not text.strip():
             errors[name] = "empty proposal; kept the old one"
+        elif hits := check.reject(text, prompts[name]):
+            errors[name] = f"the proposal {described(hits)}; kept the old one"
         else:
             prompts[name] = text
-    return step.model_copy(update={"prompts": prompts, "errors": errors})
+    return step.model_copy(
+        update={"prompts": prompts, "errors": errors, "leaks_rejected": check.rejected}
+    )
+
+
+def _guarded(
+    screen: Callable[[dict[str, str]], Any], current: dict[str, str], check: LeakCheck
+) -> Callable[[dict[str, str]], Any]:
+    """`screen`, except that a candidate naming a private value is refused, not replayed."""
+    from memloop.optimize.replay_score import Screening
+
+    def guarded(candidate: dict[str, str]) -> Any:
+        if any(check.reject(t, current.get(n, "")) for n, t in candidate.items()):
+            return Screening(state_accuracy=None, pairs=0, tokens=0, requests=0)
+        return screen(candidate)
+
+    return guarded

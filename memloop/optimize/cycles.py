@@ -94,6 +94,7 @@ class CycleRecord(BaseModel):
     tokens: dict[str, int] = Field(default_factory=dict)  # per component, this cycle's work
     seconds: float = 0.0
     feedback: SummaryReport | None = None  # the summary the next prompts were evolved from
+    leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (optimize/leaks.py)
     extra: dict[str, float] = Field(default_factory=dict)  # search-specific numbers
 
     @classmethod
@@ -112,6 +113,7 @@ class CycleRecord(BaseModel):
                 out[f"{split}_{name}"] = None if value is None else float(value)
         out.update({f"tokens_{c}": float(v) for c, v in self.tokens.items()})
         out.update(self.extra)
+        out["leaks_rejected"] = float(self.leaks_rejected)
         if self.feedback is not None:
             out["feedback_omitted_questions"] = float(len(self.feedback.omitted))
         return out

@@ -94,6 +94,7 @@ class EpisodeSearch:
                 )
                 store.save_step(k, step)
                 record.tokens["optimizer"] = step.tokens
+                record.leaks_rejected = step.leaks_rejected
                 store.save(record)
             yield record
             if step is not None:

@@ -13,13 +13,13 @@ implement is in optimize/contract.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.llm.client import ChatClient
 from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings
+from memloop.optimize.leaks import LeakCheck, described
 
 
 class NoEvolver:
@@ -149,13 +149,12 @@ def parse_rules(
     *,
     max_rules: int = 3,
     max_words: int = 60,
-    banned: Iterable[str] = (),
+    leaks: LeakCheck | None = None,
 ) -> tuple[list[str], str | None]:
     """Parse a reply in the <rules> form into (new rules, error).
 
     One sentence per line, at most `max_rules`; rules the instructions already contain, fragments,
-    run-ons and rules naming one of the `banned` values (a user's own state values, see
-    `leaked_values`) are dropped.
+    run-ons and rules the `leaks` check rejects (naming a user's private value) are dropped.
     """
     import re
 
@@ -170,7 +169,7 @@ def parse_rules(
             return [], "no <rules> block or bullet lines in the reply"
     known = " ".join(instructions.lower().split())
     rules: list[str] = []
-    leaks = 0
+    leaked = 0
     for line in lines:
         rule = re.sub(bullet, "", line).strip()
         words = len(rule.split())
@@ -179,12 +178,12 @@ def parse_rules(
         norm = " ".join(rule.lower().split())
         if norm in known or norm in (" ".join(r.lower().split()) for r in rules):
             continue
-        if leaked_values(rule, instructions, banned):
-            leaks += 1
+        if leaks is not None and leaks.reject(rule, instructions):
+            leaked += 1
             continue
         rules.append(rule)
     if not rules:
-        why = f" ({leaks} named a user's own values)" if leaks else ""
+        why = f" ({leaked} named a user's private value)" if leaked else ""
         return [], "no usable new rule in the reply" + why
     return rules[:max_rules], None
 
@@ -224,7 +223,7 @@ class ReflectiveEvolver:
         feedback = inputs.summary.render()
         used_before = self.client.usage.component("optimizer").total_tokens
         step = EvolveStep(prompts=dict(inputs.prompts))
-        banned = inputs.summary.private
+        leaks = inputs.leaks
         max_words, cycle = self.settings.max_words, inputs.cycle
         for name, instructions in sorted(inputs.prompts.items()):
             request = dict(name=name, instructions=instructions, feedback=feedback)
@@ -233,14 +232,14 @@ class ReflectiveEvolver:
                 REFLECT_USER.format(**request),
                 cycle,
             )
-            new, changes, problem = self._check(reply, instructions, banned)
+            new, changes, problem = self._check(reply, instructions, leaks)
             if problem is None:
                 step.prompts[name], step.changes[name] = new, changes
                 continue
             if self.settings.append_rules:
                 # a distinct sample index: the rules request never shares a cache entry
                 reply = self._ask(RULES_SYSTEM, RULES_USER.format(**request), cycle + 1000)
-                rules, rules_problem = parse_rules(reply, instructions, banned=banned)
+                rules, rules_problem = parse_rules(reply, instructions, leaks=leaks)
                 new = instructions.rstrip() + "\n" + "\n".join(f"- {r}" for r in rules)
                 if rules_problem is None and len(new.split()) <= 2 * max_words:
                     step.prompts[name] = new
@@ -260,7 +259,7 @@ class ReflectiveEvolver:
         ).text
 
     def _check(
-        self, text: str, instructions: str, banned: Iterable[str] = ()
+        self, text: str, instructions: str, leaks: LeakCheck | None = None
     ) -> tuple[str, list[str], str | None]:
         """(new instructions, changes, why they are rejected or None)."""
         parsed, changes, error = parse_reflection(text)
@@ -276,35 +275,13 @@ class ReflectiveEvolver:
             return new, changes, f"rewrite looks cut off ({new[-40:]!r})"
         if " ".join(new.split()) == " ".join(instructions.split()):
             return new, changes, "rewrite identical to the current instructions"
-        leaked = leaked_values(new, instructions, banned)
-        if leaked:
-            return new, changes, f"rewrite names a user's own values ({', '.join(leaked)})"
+        hits = leaks.reject(new, instructions) if leaks is not None else 0
+        if hits:
+            return new, changes, f"rewrite {described(hits)}"
         return new, changes, None
 
 
 _ENDINGS = (".", "!", "?", ")", '"', "'")
-
-
-def _words(text: str) -> str:
-    import re
-
-    return " " + " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split()) + " "
-
-
-def leaked_values(text: str, instructions: str, values: Iterable[str]) -> list[str]:
-    """The `values` that `text` names and the current instructions do not.
-
-    Values count as named as whole words, ignoring case, `_` and punctuation. A prompt shared by
-    every user must not carry one user's facts. Values under 4 characters ("no", "2") are too common
-    to tell apart and are skipped.
-    """
-    have, old = _words(text), _words(instructions)
-    hits = []
-    for value in sorted(set(values)):
-        v = _words(value)
-        if len(v.strip()) >= 4 and v in have and v not in old:
-            hits.append(value)
-    return hits
 
 
 def _strip_wrapper(text: str) -> str:

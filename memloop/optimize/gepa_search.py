@@ -270,6 +270,7 @@ class EpisodeAdapter:
         self.feedback: FeedbackSummary | None = None  # the last reflective dataset's summary
         self.root = ctx.run_dir / "candidates"
         self.omitted = 0  # questions left out of reflection feedback by the size budget
+        self.leaks_rejected = 0  # proposals the leak check refused (optimize/leaks.py)
         self.screen = screen  # screen new candidates on training users by replay
         self.train_ids = {item.id for item in ctx.train}
         self.recorded: dict[str, Path] = {}  # training user -> its latest on-policy episodes
@@ -387,7 +388,9 @@ class EpisodeAdapter:
             summary=self.feedback,
             cycle=self.iteration,
         )
-        return propose(self.proposer, inputs).prompts
+        step = propose(self.proposer, inputs)
+        self.leaks_rejected += step.leaks_rejected
+        return step.prompts
 
 
 class GepaSearch:
@@ -429,22 +432,24 @@ class GepaSearch:
         adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay", proposer=proposer)
         adapter.draws = draws = SearchDraws(ctx.config.seed, minibatch)
 
-        def counts() -> tuple[int, int]:
-            return optimizer.usage.component("optimizer").total_tokens, adapter.omitted
+        def counts() -> tuple[int, int, int]:
+            tokens = optimizer.usage.component("optimizer").total_tokens
+            return tokens, adapter.omitted, adapter.leaks_rejected
 
-        def save_entry(iteration: int, since: tuple[int, int], **fields: Any) -> None:
+        def save_entry(iteration: int, since: tuple[int, int, int], **fields: Any) -> None:
             """Save iteration `iteration`'s entry with what it counted since `since`.
 
             It replaces any entry from an earlier attempt at it, and the later ones (gepa redoes
             them too).
             """
-            tokens, omitted = counts()
+            tokens, omitted, leaks = counts()
             kept = [h for h in history if h["iteration"] < iteration]
             entry = {
                 "iteration": iteration,
                 **fields,
                 "optimizer_tokens": tokens - since[0],
                 "omitted_questions": omitted - since[1],
+                "leaks_rejected": leaks - since[2],
             }
             entry["feedback_omitted_questions"] = omitted_so_far([*kept, entry])[iteration]
             history[:] = [*kept, entry]
@@ -512,9 +517,15 @@ class GepaSearch:
         search_seconds = round(time.perf_counter() - started, 1)
         omitted = omitted_so_far(history)
         iterations = [h for h in history if h["iteration"] > 0]
-        sequence = [(dict(ctx.initial_prompts), result.val_aggregate_scores[0], omitted.get(0, 0))]
-        sequence += [(h["candidate"], h["val_score"], omitted[h["iteration"]]) for h in iterations]
-        for k, (candidate, val_score, omitted_questions) in enumerate(sequence):
+        # (prompts, GEPA's val score, questions omitted so far, leaks the iteration rejected)
+        sequence = [
+            (dict(ctx.initial_prompts), result.val_aggregate_scores[0], omitted.get(0, 0), 0)
+        ]
+        sequence += [
+            (h["candidate"], h["val_score"], omitted[h["iteration"]], h.get("leaks_rejected", 0))
+            for h in iterations
+        ]
+        for k, (candidate, val_score, omitted_questions, leaks) in enumerate(sequence):
             prompts = ctx.store.prompts(k, candidate)
             record = ctx.store.record(k)
             if record is None:
@@ -531,11 +542,12 @@ class GepaSearch:
                         "gepa_val_score": val_score,
                         "feedback_omitted_questions": float(omitted_questions),
                     },
+                    leaks_rejected=leaks,
                 )
                 if k == 0:  # the search's own work, once: its iterations', by any process
                     record.tokens["optimizer"] = sum(h.get("optimizer_tokens", 0) for h in history)
                     record.tokens["search_episodes"] = search_tokens(
-                        adapter.root, {candidate_id(c) for c, _, _ in sequence}
+                        adapter.root, {candidate_id(c) for c, *_ in sequence}
                     )
                     record.seconds += search_seconds
                 ctx.store.save(record)

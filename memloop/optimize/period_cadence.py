@@ -114,7 +114,7 @@ class PeriodSearch:
             max_questions=ctx.config.summary_max_questions,
             max_chars=ctx.config.summary_max_chars,
             history=questions,
-            private=(v for it in ctx.train for v in it.private_values()),
+            private=ctx.private,
         )
         ctx.store.save_summary(p, summary)
         held = ctx.evaluate_splits(prompts, ctx.store.cycle_dir(p), splits=("val", "test"))
@@ -132,6 +132,7 @@ class PeriodSearch:
             step = propose(evolver, EvolveInput(prompts=prompts, summary=summary, cycle=p))
             ctx.store.save_step(p, step)
             record.tokens["optimizer"] = step.tokens
+            record.leaks_rejected = step.leaks_rejected
         record.seconds = round(time.perf_counter() - started, 1)
         ctx.store.save(record)
         return record

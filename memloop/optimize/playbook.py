@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.llm.client import ChatClient
 from memloop.optimize.contract import EvolveInput, EvolveStep
-from memloop.optimize.evolvers import _ENDINGS, leaked_values
+from memloop.optimize.evolvers import _ENDINGS
+from memloop.optimize.leaks import LeakCheck, described
 
 HEADER = "Rules learned from feedback:"
 _RULE = re.compile(r"^\[(r\d+)\] (.+)$", re.M)
@@ -166,7 +167,7 @@ class PlaybookEvolver:
         next_id = max(used_ids, default=0) + 1
         fitted = inputs.summary.fit(self.settings.feedback_chars)
         feedback = fitted.render()
-        banned = set(inputs.summary.private)
+        leaks = inputs.leaks
         if fitted is not inputs.summary:
             notes.append(
                 f"feedback fitted to {self.settings.feedback_chars} characters: "
@@ -182,7 +183,7 @@ class PlaybookEvolver:
                 if isinstance(delta, str):
                     problems.append(delta)
                     continue
-                merged, change, problem = self.merge(rules, delta, f"r{next_id}", banned, core)
+                merged, change, problem = self.merge(rules, delta, f"r{next_id}", leaks, core)
                 candidate = render_playbook(core, merged)
                 if problem is not None:
                     problems.append(problem)
@@ -300,7 +301,7 @@ class PlaybookEvolver:
         rules: list[tuple[str, str]],
         delta: dict[str, str],
         new_id: str,
-        banned: set[str],
+        leaks: LeakCheck,
         core: str,
     ) -> tuple[list[tuple[str, str]], str, str | None]:
         """(rules after `delta`, what changed, why it was dropped or None)."""
@@ -311,7 +312,7 @@ class PlaybookEvolver:
             if rule_id not in ids:
                 return rules, "", f"REMOVE of unknown rule {rule_id!r}"
             return [(i, r) for i, r in rules if i != rule_id], f"removed {rule_id}", None
-        problem = self._bad_rule(text, rules, banned, core, skip=rule_id if op == "EDIT" else None)
+        problem = self._bad_rule(text, rules, leaks, core, skip=rule_id if op == "EDIT" else None)
         if problem:
             return rules, "", f"{op} dropped: {problem}"
         if op == "EDIT":
@@ -331,7 +332,7 @@ class PlaybookEvolver:
         self,
         text: str,
         rules: list[tuple[str, str]],
-        banned: set[str],
+        leaks: LeakCheck,
         core: str,
         skip: str | None,
     ) -> str | None:
@@ -345,7 +346,7 @@ class PlaybookEvolver:
             theirs = _norm(r)
             if i != skip and len(mine & theirs) >= 0.8 * max(len(mine), len(theirs)):
                 return f"repeats rule {i}"
-        leaked = leaked_values(text, core, banned)
-        if leaked:
-            return f"names a user's own values ({', '.join(leaked)})"
+        hits = leaks.reject(text, core)
+        if hits:
+            return described(hits)
         return None

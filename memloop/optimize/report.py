@@ -21,13 +21,20 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
                     *(c.score(s) for s in ("train", "val", "test")),
                     c.score("test", "factual_recall"),
                     *(c.score("test", k) for k in ("write", "read", "utilization")),
+                    c.leaks_rejected,
                 ]
             )
     headers = ["feedback", "evolver", "cycle", "train", "val", "test", "test recall"]
-    headers += ["test write", "test read", "test util"]
+    headers += ["test write", "test read", "test util", "leaks refused"]
     print("memory score per split; failure shares on test users")
-    print(format_table(headers, rows, align="ll" + "r" * 8))
+    print(format_table(headers, rows, align="ll" + "r" * 9))
     print("* the cycle selected on validation users (its test score is the headline)")
+    refused = sum(c.leaks_rejected for o in outcomes for c in o.cycles)
+    if refused:
+        print(
+            f"leaks refused: {refused} candidate prompts named a user's private value and were "
+            "not taken (optimize/leaks.py)"
+        )
     print("run folders: " + ", ".join(str(o.run_dir) for o in outcomes))
     resumed = [o for o in outcomes if o.resumed]
     if resumed:
