@@ -1,7 +1,5 @@
 """``python -m memloop``: the same command line as ``memloop``."""
 
-import sys
+from memloop.experiments.cli import entry
 
-from memloop.experiments.cli import main
-
-sys.exit(main())
+entry()

@@ -119,6 +119,10 @@ def test_safe_names_keep_safe_text_and_never_collide():
     assert len(names) == 6
     assert safe_name("alice/1").startswith("alice_1-") and len(safe_name("alice/1")) == 16
     assert all("/" not in n and n not in (".", "..", "") for n in names)
+    # a long id (issue 29: a 300-character user id) gets a bounded name, distinct per id
+    long_a, long_b = "u" * 300, "u" * 299 + "v"
+    assert safe_name("u" * 100) == "u" * 100
+    assert len(safe_name(long_a)) == 80 + 1 + 8 and safe_name(long_a) != safe_name(long_b)
 
 
 def test_format_table_aligns_columns():

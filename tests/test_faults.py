@@ -248,6 +248,18 @@ def test_a_body_that_is_not_a_completion_is_retried_then_one_line(tmp_path, caps
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_an_answer_broken_off_mid_body_is_not_called_unreachable(tmp_path, capsys):
+    """HTTP 200 with half the announced body, then a closed connection: the server was reached."""
+    with FakeOpenAIServer(reply=valid, failures=["short"] * 3) as server:
+        args = fault_args(tmp_path, server, "run", max_retries=2)
+        assert main(args) == 2
+        assert server.served[:3] == ["short"] * 3  # retried: 1 + max_retries requests
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "was reached but broke off its answer 3 times" in err[0], err
+    assert "cannot reach" not in err[0] and "start the server" not in err[0]
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
 def test_transient_faults_are_retried_and_the_run_is_the_clean_run(tmp_path):
     with FakeOpenAIServer(reply=valid) as server:
         assert main(fault_args(tmp_path, server, "clean")) == 0

@@ -359,6 +359,26 @@ def test_a_store_failing_while_a_run_ends_leaves_the_first_error(store):
             raise
 
 
+def test_a_ctrl_c_stays_a_ctrl_c_when_ending_the_run_fails_otherwise():
+    """As when Ctrl-C lands inside MLflow's first import: marking the run KILLED then failed
+    with SQLAlchemy's "Table 'experiments' is already defined" and replaced the Ctrl-C."""
+
+    class HalfImported:
+        tracking_uri = "sqlite:///nowhere.db"
+
+        def set_terminated(self, run_id, status):
+            raise RuntimeError("Table 'experiments' is already defined for this MetaData")
+
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            raise KeyboardInterrupt
+        except BaseException:
+            tracker.finish_run(HalfImported(), "run", "KILLED")
+            raise
+    with pytest.raises(RuntimeError, match="already defined"):  # outside a failure: reported
+        tracker.finish_run(HalfImported(), "run")
+
+
 def test_a_programming_error_keeps_its_traceback(store):
     from mlflow.exceptions import MlflowException
 

@@ -396,3 +396,43 @@ def test_logs_the_metrics_to_mlflow(tmp_path, capsys):
     assert run.data.params["spec.environment.amemgym_run"] == str(RUN.resolve())
     assert run.data.tags["memloop.kind"] == "import"
     assert run.info.run_id in capsys.readouterr().out
+
+
+def _list_first_variable_twice(run: Path, user: str, diagnosis_change=None) -> None:
+    """Period 0, question 0 of `user` requires its first variable twice, as in 2 of 5 users of
+    the published reference runs (an identical second entry, unless `diagnosis_change`)."""
+
+    def overall(d):
+        row = d[0][0]
+        row["answer_state"].append(row["answer_state"][0])
+        row["response_state"].append(row["response_state"][0])
+
+    def diagnosis(d):
+        results = d[0][0]["results"]
+        results.append(dict(results[0]))
+        if diagnosis_change:
+            diagnosis_change(results[-1])
+
+    _edit_json(run / user / "overall_results.json", overall)
+    _edit_json(run / user / "diagnosis_results.json", diagnosis)
+
+
+def test_a_variable_listed_twice_identically_is_one_state_query(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    _list_first_variable_twice(run, A)
+    dup_metrics, plain_metrics = import_run(run, tmp_path / "dup"), import_run(RUN, tmp_path / "p")
+    assert dup_metrics.pop("imported_from")["run_dir"] == str(run)
+    plain_metrics.pop("imported_from")
+    assert dup_metrics == plain_metrics
+    dup, plain = read_records(tmp_path / "dup"), read_records(tmp_path / "p")
+    assert dup == plain and len(dup[(A, 0, 0)]["required_info"]) == 2
+
+
+def test_a_variable_listed_twice_with_different_entries_is_refused(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    _list_first_variable_twice(run, A, lambda entry: entry.update(response_state="other"))
+    with pytest.raises(UserError, match="appears twice in 'results' with different entries"):
+        import_run(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

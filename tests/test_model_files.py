@@ -89,3 +89,12 @@ def test_unknown_model_alias():
     with pytest.raises(ModelFileError, match="local-0.5b"):
         resolve_packaged_model("gpt-5")
     assert resolve_packaged_model("local").key.startswith("qwen2.5-coder-1.5b")
+
+
+def test_a_models_folder_that_cannot_be_written_is_one_line(tiny_model, tmp_path):
+    """A read-only MEMLOOP_MODELS_DIR (here: a path under a file, which no user can write)."""
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ModelFileError, match="cannot write the model file tiny.gguf") as caught:
+        ensure_model_file(tiny_model, tmp_path / "a-file" / "models")
+    assert "set MEMLOOP_MODELS_DIR to a writable folder" in str(caught.value)
+    assert "\n" not in str(caught.value)

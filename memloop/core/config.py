@@ -21,8 +21,26 @@ from memloop.core.errors import UserError
 M = TypeVar("M", bound=BaseModel)
 
 
-class _DatesAsText(yaml.SafeLoader):
-    """SafeLoader that leaves timestamps as strings."""
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (plain YAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may repeat
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DatesAsText(UniqueKeyLoader):
+    """UniqueKeyLoader that leaves timestamps as strings."""
 
 
 _DatesAsText.yaml_implicit_resolvers = {

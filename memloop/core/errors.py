@@ -6,11 +6,15 @@ prints it as a single line on stderr and exits with code 2, never with a traceba
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from collections.abc import Callable
 from typing import TextIO
 
 USER_ERROR_EXIT = 2
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
 
 
 class UserError(Exception):
@@ -23,8 +27,9 @@ def exit_on_user_error(
     """Run ``run`` and turn its outcome into an exit code.
 
     A :class:`UserError` becomes one line ``<prog>: error: <message>`` and exit code 2; Ctrl-C
-    becomes exit code 130. Any other exception propagates (it is a bug, and deserves its
-    traceback).
+    becomes exit code 130; a closed output pipe ends quietly with 141 (128 + SIGPIPE); a path that
+    cannot be written (read-only, immutable, full disk, under a file) is one line naming it, exit
+    2. Any other exception propagates (it is a bug, and deserves its traceback).
     """
     out = stream if stream is not None else sys.stderr
     try:
@@ -35,5 +40,38 @@ def exit_on_user_error(
         return USER_ERROR_EXIT
     except KeyboardInterrupt:
         print(f"{prog}: interrupted (finished work is checkpointed: rerun to resume)", file=out)
-        return 130
+        return INTERRUPTED_EXIT
+    except BrokenPipeError:
+        # the reader went away (`memloop ... | head -1`): stop quietly, as Unix tools do, and
+        # keep Python from failing again when it flushes stdout at exit
+        _stdout_to_devnull()
+        return BROKEN_PIPE_EXIT
+    except OSError as exc:
+        # a path the user gave that cannot be written (read-only, immutable, full, under a file)
+        hint = _PATH_PROBLEMS.get(exc.errno or 0)
+        if hint is None or not exc.filename:
+            raise
+        print(f"{prog}: error: {exc.filename}: {exc.strerror or exc} ({hint})", file=out)
+        return USER_ERROR_EXIT
     return int(code or 0)
+
+
+_PATH_PROBLEMS = {
+    errno.EACCES: "check its permissions, or choose another folder",
+    errno.EPERM: "not permitted: an immutable file or folder (lsattr) or another owner's",
+    errno.EROFS: "the file system is read-only: choose another folder",
+    errno.ENOSPC: "the disk is full: free space or choose another folder",
+    errno.EDQUOT: "the disk quota is used up: free space or choose another folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a file of that name is in the way (a part of the path is a file?)",
+    errno.EISDIR: "it is a folder: name a file",
+    errno.ENAMETOOLONG: "the name is too long",
+}
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor
+        pass

@@ -84,15 +84,19 @@ def json_sha256(value: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+MAX_NAME = 100  # characters of a name kept as it is
+
+
 def safe_name(text: str) -> str:
     """A file or folder name for ``text`` that is distinct for distinct texts.
 
     A text made only of letters, digits, ``.``, ``_`` and ``-`` (and not ``.`` or ``..``) is kept
     as it is; any other text has its other characters replaced by ``_`` and a short hash of the
     original appended, so ``alice/1`` and ``alice_1`` never share a folder and ``..`` never
-    escapes one.
+    escapes one. A text longer than ``MAX_NAME`` characters is cut the same way (a file name of
+    more than 255 bytes cannot be created).
     """
-    if text and not _UNSAFE.search(text) and text not in (".", ".."):
+    if text and len(text) <= MAX_NAME and not _UNSAFE.search(text) and text not in (".", ".."):
         return text
     cleaned = _UNSAFE.sub("_", text).strip(".") or "_"
     tag = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]

@@ -39,3 +39,35 @@ def apply_offline_defaults() -> None:
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+
+
+# libraries whose own warnings (deprecations inside MLflow's SQLAlchemy store, Optuna's
+# experimental features, ...) are not the user's to act on
+THIRD_PARTY = (
+    "alembic",
+    "dspy",
+    "gepa",
+    "huggingface_hub",
+    "litellm",
+    "mem0",
+    "mlflow",
+    "optuna",
+    "pydantic",
+    "sqlalchemy",
+    "torch",
+    "transformers",
+)
+
+
+def quiet_third_party_warnings() -> None:
+    """Keep third-party libraries' warnings out of a command's output.
+
+    Not when the user chose warnings themselves (`python -W ...` or PYTHONWARNINGS).
+    """
+    import sys
+    import warnings
+
+    if sys.warnoptions:
+        return
+    warnings.filterwarnings("ignore", module=rf"({'|'.join(THIRD_PARTY)})(\.|$)")
+    warnings.filterwarnings("ignore", message=r".* is experimental \(supported from")

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memloop.core.config import yaml_problem
+from memloop.core.config import UniqueKeyLoader, yaml_problem
 from memloop.core.errors import UserError
 
 CATALOGUE_RESOURCE = "catalogue.yaml"
@@ -90,21 +90,6 @@ class Catalogue:
 # --- loading and validation ----------------------------------------------------------------------
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (plain YAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_catalogue(path: str | Path | None = None) -> Catalogue:
     """Read, validate and hash a catalogue file (the packaged ``catalogue.yaml`` by default).
 
@@ -134,7 +119,7 @@ def parse_catalogue(data: bytes, source: str) -> Catalogue:
     except UnicodeDecodeError as exc:
         raise UserError(f"{source}: the catalogue is not UTF-8 text ({exc})") from None
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise UserError(f"{source}: not valid YAML ({yaml_problem(exc)})") from None
     top = _mapping(raw, {"domains"}, source, "the top level")

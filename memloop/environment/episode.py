@@ -23,6 +23,7 @@ from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, safe_name
 from memloop.environment.data import UserItem
 from memloop.environment.policy import Policy
+from memloop.environment.policy_guard import guarded
 from memloop.environment.simulator import UserSimulator, opening_message
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import UsageTracker
@@ -167,7 +168,7 @@ class EpisodeRunner:
         if simulator is None and replay is None:
             raise ValueError("on-policy episodes need a simulator; off-policy ones a replay")
         self.item = item
-        self.policy = policy
+        self.policy = guarded(policy, item.id)  # each return checked: a plug-in's bug is named
         self.user_dir = Path(user_dir)
         self.simulator = simulator
         self.probe = probe
@@ -210,6 +211,7 @@ class EpisodeRunner:
         return EpisodeResult(self.item.id, records, resumed)
 
     def _run_period(self, p: int) -> PeriodRecord:
+        self.policy.period = p
         started = time.perf_counter()
         before = self.usage.summary() if self.usage else {}
         if self.replay is not None:

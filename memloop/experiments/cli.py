@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
-from memloop.core.errors import exit_on_user_error
-from memloop.core.settings import apply_offline_defaults
+from memloop.core.errors import INTERRUPTED_EXIT, exit_on_user_error
+from memloop.core.settings import apply_offline_defaults, quiet_third_party_warnings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,10 +49,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     apply_offline_defaults()
+    quiet_third_party_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
     with stop_requests_on_ctrl_c():
         return exit_on_user_error(lambda: args.func(args))
+
+
+def entry() -> NoReturn:
+    """The `memloop` program (and `python -m memloop`): `main`, then exit with its code.
+
+    After Ctrl-C the process ends at once, without the interpreter's teardown: everything
+    finished is already on disk (atomic writes, the MLflow run marked KILLED), and unloading
+    MLflow's and the other libraries' modules, and waiting for worker threads still inside a
+    model request, took 1.5 to 2.7 s.
+    """
+    code = main()
+    if code == INTERRUPTED_EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 @contextlib.contextmanager
@@ -84,4 +102,4 @@ def stop_requests_on_ctrl_c() -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

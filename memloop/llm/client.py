@@ -368,6 +368,13 @@ class ChatClient:
                             f"{self.resolved_base_url()}: the TLS handshake failed ({cause}); "
                             "is the server plain HTTP (use http://)?"
                         ) from None
+                    if cause is not None and not isinstance(cause, httpx.ConnectError):
+                        # reached: the server broke off its answers (a crash, a proxy, a restart)
+                        raise UserError(
+                            f"{self.resolved_base_url()} was reached but broke off its answer "
+                            f"{attempt} times for model {self.endpoint.model!r} "
+                            f"({type(cause).__name__}: {_short(cause)}); check the server's log"
+                        ) from None
                     raise EndpointUnreachable(
                         f"cannot reach {self.resolved_base_url()} ({_short(error)}); start the "
                         "server or fix base_url in the endpoint file"
@@ -449,6 +456,6 @@ def _interruptible(call: Callable[[], Any]) -> Any:
     return box["value"]
 
 
-def _short(error: Exception) -> str:
+def _short(error: BaseException) -> str:
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text[:200]

@@ -123,6 +123,13 @@ def ensure_model_file(model: PackagedModel, directory: Path | None = None) -> Pa
     """Return the path of the joined, verified GGUF file, joining the parts on first use."""
     target = (directory or models_dir()) / model.file_name
     if not target.exists():
-        _join_parts(model, target)
+        try:
+            _join_parts(model, target)
+        except OSError as exc:
+            raise ModelFileError(
+                f"{target.parent}: cannot write the model file {model.file_name} "
+                f"({exc.strerror or exc}); set MEMLOOP_MODELS_DIR to a writable folder with "
+                "about 2 GB free"
+            ) from None
     verify_model_file(model, target)
     return target

@@ -6,7 +6,7 @@ Pydantic models that reject unknown keys and wrong types with one line naming th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
@@ -25,13 +25,15 @@ class _Strict(BaseModel):
 class ProceduralEnv(_Strict):
     """A procedural environment built on the fly (free, instant, reproducible)."""
 
-    users: int = Field(4, ge=1)
-    periods: int = Field(3, ge=1, description="update periods (the item has periods + 1)")
-    questions: int = Field(3, ge=1)
-    states_per_question: int = Field(2, ge=1)
-    choices_per_state: int = Field(2, ge=2)
-    changes_per_period: int = Field(2, ge=1)
-    seed: int = 0
+    users: StrictInt = Field(4, ge=1, le=100_000)
+    periods: StrictInt = Field(
+        3, ge=1, le=1000, description="update periods (the item has periods + 1)"
+    )
+    questions: StrictInt = Field(3, ge=1, le=1000)
+    states_per_question: StrictInt = Field(2, ge=1)
+    choices_per_state: StrictInt = Field(2, ge=2)
+    changes_per_period: StrictInt = Field(2, ge=1)
+    seed: StrictInt = 0
 
 
 class EnvSpec(_Strict):
@@ -46,10 +48,12 @@ class EnvSpec(_Strict):
 
     path: str | None = Field(None, description="a data.json file, or hf://OWNER/NAME")
     procedural: ProceduralEnv | None = None
-    train_users: int = Field(2, ge=0, description="users the evolver learns from")
-    val_users: int = Field(1, ge=0, description="users every selection is made on")
-    test_users: int = Field(1, ge=0, description="users that are only evaluated (the headline)")
-    periods: int | None = Field(None, ge=1, description="evaluate only the first P periods")
+    train_users: StrictInt = Field(2, ge=0, description="users the evolver learns from")
+    val_users: StrictInt = Field(1, ge=0, description="users every selection is made on")
+    test_users: StrictInt = Field(
+        1, ge=0, description="users that are only evaluated (the headline)"
+    )
+    periods: StrictInt | None = Field(None, ge=1, description="evaluate only the first P periods")
 
     @model_validator(mode="before")
     @classmethod
@@ -82,8 +86,8 @@ class Endpoints(_Strict):
 
 
 class Rounds(_Strict):
-    init: int = Field(1, ge=1)
-    update: int = Field(2, ge=1)
+    init: StrictInt = Field(1, ge=1)
+    update: StrictInt = Field(2, ge=1)
 
 
 class EvolveConfig(_Strict):
@@ -108,7 +112,16 @@ class EvolveConfig(_Strict):
         "{minibatch_size: 1}}; checked against its Settings model and recorded in the run "
         "identity",
     )
-    cycles: int = Field(3, ge=1, description="evolution cycles (episode cadence)")
+    cycles: StrictInt = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="evolution cycles; with search: gepa, the evaluation budget instead: "
+        "val + (cycles - 1) x (2 x minibatch_size + val) episode evaluations, one cycle per GEPA "
+        "iteration, and an iteration whose candidate loses on its minibatch costs only "
+        "2 x minibatch_size, so a GEPA run usually has more cycles than this (fix the budget "
+        "with settings.gepa.max_metric_calls)",
+    )
     objective: Objective | None = Field(
         None,
         description="what the prompt is selected on (validation users), GEPA scores candidates "
@@ -118,24 +131,24 @@ class EvolveConfig(_Strict):
     )
     rounds: Rounds = Field(default_factory=Rounds)
     endpoints: Endpoints = Field(default_factory=Endpoints)
-    summary_max_questions: int = Field(
+    summary_max_questions: StrictInt = Field(
         12, ge=1, description="questions per feedback summary (wrong answers first)"
     )
-    summary_max_chars: int = Field(
+    summary_max_chars: StrictInt = Field(
         12000,
         ge=200,
         description="feedback summary size budget (JSON characters), filled with whole users "
         "and questions; what does not fit is left out and recorded",
     )
-    repeats: int = Field(
+    repeats: StrictInt = Field(
         1,
         ge=1,
         le=100,
         description="runs per condition, each with its own draws of the simulated user and the "
         "agent (needs temperature > 0 on their endpoints); compare shows the spread across them",
     )
-    parallel_users: int = Field(2, ge=1)
-    seed: int = 0
+    parallel_users: StrictInt = Field(2, ge=1, le=1024)
+    seed: StrictInt = 0
     tracking_uri: str = "sqlite:///mlruns/mlflow.db"
     out_dir: str | None = Field(None, description="run folders (default: runs/evolve/<experiment>)")
     source: str | None = Field(None, exclude=True)
@@ -203,11 +216,12 @@ class TuneConfig(_Strict):
     study: str | None = Field(None, description="Optuna study name (default: file name)")
     environment: EnvSpec
     policy: str = Field(description="an AWE policy YAML, e.g. ../policies/awe.yaml")
-    trials: int = Field(6, ge=1, description="trials to add per invocation")
+    trials: StrictInt = Field(6, ge=1, le=100_000, description="trials to add per invocation")
     # the paper's grid: AWE-(freq, ns, topk) with freq {2,4,8}, ns {0,4,8}, topk {10,30,50}
-    update_freq: list[StrictInt] = Field([2, 4, 8], min_length=1)
-    short_term_len: list[StrictInt] = Field([0, 4, 8], min_length=1)
-    top_k: list[StrictInt] = Field([10, 30, 50], min_length=1)
+    # each value within what AWE accepts (policies.config): a trial never fails on its setting
+    update_freq: list[Annotated[StrictInt, Field(ge=1, le=64)]] = Field([2, 4, 8], min_length=1)
+    short_term_len: list[Annotated[StrictInt, Field(ge=0, le=256)]] = Field([0, 4, 8], min_length=1)
+    top_k: list[Annotated[StrictInt, Field(ge=1, le=1000)]] = Field([10, 30, 50], min_length=1)
     default_trial: dict[str, StrictInt] = Field(
         default_factory=lambda: {"update_freq": 2, "short_term_len": 4, "top_k": 30}
     )
@@ -223,13 +237,13 @@ class TuneConfig(_Strict):
         "multiple-choice step; always defined), memory_score otherwise",
     )
     minimize_tokens: bool = Field(False, description="second objective: tokens per user")
-    heartbeat_s: int = Field(
+    heartbeat_s: StrictInt = Field(
         60, ge=1, description="trial heartbeat; a trial silent for 2x this is taken as dead"
     )
     rounds: Rounds = Field(default_factory=Rounds)
     endpoints: Endpoints = Field(default_factory=Endpoints)
-    parallel_users: int = Field(2, ge=1)
-    seed: int = 0
+    parallel_users: StrictInt = Field(2, ge=1, le=1024)
+    seed: StrictInt = 0
     tracking_uri: str = "sqlite:///mlruns/mlflow.db"
     storage: str = "sqlite:///mlruns/optuna.db"
     out_dir: str | None = None

@@ -673,14 +673,16 @@ def log_run(
 def finish_run(mlc, run_id: str, status: str = "FINISHED") -> None:
     """Mark the run ended with `status`.
 
-    Called while another exception propagates (a run marked KILLED or FAILED on the way out),
-    a failing store is not reported: that exception is the one the user sees.
+    Called while another exception propagates (a run marked KILLED or FAILED on the way out,
+    a Ctrl-C included), any failure here is not reported: that exception is the one the user
+    sees. (A Ctrl-C in the middle of MLflow's first import leaves its store modules half made,
+    and this call then failed inside SQLAlchemy, replacing the Ctrl-C by a traceback.)
     """
     in_flight = sys.exc_info()[1] is not None
     try:
         with store_errors(_uri(mlc)):
             mlc.set_terminated(run_id, status=status)
-    except UserError:
+    except Exception:
         if not in_flight:
             raise
 

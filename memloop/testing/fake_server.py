@@ -9,6 +9,7 @@ number of requests in flight.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ FAULTS = {
     "hang": "no answer for hang_s seconds, then the normal reply",
     "html": "HTTP 200 with an HTML page",
     "cut": "HTTP 200 with a chat completion cut in the middle of its JSON",
+    "short": "HTTP 200 announcing the whole completion; half is sent, then the connection closes",
     "empty_choices": "HTTP 200 with a completion whose choices list is empty",
     "schema_violation": "a completion whose text is JSON that breaks any answer schema",
     "prose": "a completion whose text is prose, not JSON",
@@ -170,6 +172,17 @@ class FakeOpenAIServer:
                     if fault == "cut":
                         data = json.dumps(completion).encode()
                         self._send(200, data[: len(data) // 2])
+                        return
+                    if fault == "short":
+                        data = json.dumps(completion).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
                         return
                     self._send(200, completion)
                 finally:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_table
 
@@ -318,6 +319,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     if args.json:
         atomic_write_json(args.json, [s.__dict__ for s in report.sessions])
+    unread = sum(1 for s in report.sessions if s.json_error is not None)
+    if report.sessions and unread == len(report.sessions):
+        raise UserError(
+            f"the checker never answered in the expected JSON form ({unread} of {unread} "
+            "sessions unreadable), so the agreement above measures nothing: use a checker "
+            "endpoint that follows a JSON schema (--endpoint)"
+        )
+    if unread:
+        print(
+            f"warning: {unread} of {len(report.sessions)} sessions got no readable answer from "
+            "the checker (counted as not recovered)"
+        )
     return 0
 
 

@@ -1,0 +1,127 @@
+"""Every return of a policy checked where an episode uses it, so a plug-in's bug is named.
+
+`memloop policy check` (environment/policy_check.py) tries a policy once on a scripted
+conversation; this guard checks each return during eval and evolve, where a plug-in's `respond`
+returning an int or its `answer` returning a dict would otherwise fail far from its cause (a
+pydantic error while saving a record, an AttributeError while scoring). The error names the
+plug-in, the method, what it returned, the user and the period, and points at `policy check`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+from memloop.core.errors import UserError
+
+
+def _described(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+class GuardedPolicy:
+    """A policy (environment.policy.Policy) whose every return is checked for its type.
+
+    `period` is set by the episode runner before each period; everything not checked here is
+    passed through to the policy.
+    """
+
+    def __init__(self, policy: Any, user_id: str, period: int = 0):
+        self.inner = policy
+        self.user_id = user_id
+        self.period = period
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def label(self) -> str:
+        name = getattr(self.inner, "name", None)
+        return name if isinstance(name, str) and name else type(self.inner).__name__
+
+    def _bad(self, method: str, returned: str) -> NoReturn:
+        raise UserError(
+            f"plug-in {self.label}.{method} returned {returned} for user {self.user_id}, "
+            f"period {self.period}: run memloop policy check"
+        )
+
+    def respond(self, user_message: str) -> str:
+        reply = self.inner.respond(user_message)
+        if not isinstance(reply, str):
+            self._bad("respond", _described(reply))
+        return reply
+
+    def ingest(self, user_message: str, assistant_message: str) -> None:
+        self.inner.ingest(user_message, assistant_message)
+
+    def answer(
+        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+    ) -> Any:
+        answer = self.inner.answer(prompt, schema=schema, memory_only=memory_only)
+        if not isinstance(getattr(answer, "text", None), str):
+            self._bad("answer", f"{_described(answer)} (no text str)")
+        memories = getattr(answer, "retrieved_memories", None)
+        if not isinstance(memories, list) or not all(isinstance(m, str) for m in memories):
+            self._bad("answer", f"retrieved_memories {_described(memories)} (not a list of str)")
+        if schema is not None:
+            parsed, error = getattr(answer, "parsed", None), getattr(answer, "json_error", None)
+            if (parsed is None) == (error is None):
+                self._bad("answer", "both or neither of parsed and json_error with a schema")
+            if parsed is not None:
+                problem = _schema_problem(parsed, schema)
+                if problem:
+                    self._bad("answer", f"parsed that breaks the question's schema ({problem})")
+        return answer
+
+    def memory_view(self) -> str:
+        view = self.inner.memory_view()
+        if not isinstance(view, str):
+            self._bad("memory_view", _described(view))
+        return view
+
+    def unwritten_messages(self) -> int:
+        count = self.inner.unwritten_messages()
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            self._bad("unwritten_messages", f"{count!r:.40} (not a count)")
+        return count
+
+    def prompts(self) -> dict[str, str]:
+        prompts = self.inner.prompts()
+        if not isinstance(prompts, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()
+        ):
+            self._bad("prompts", f"{_described(prompts)} (not a dict of str to str)")
+        return prompts
+
+    def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> GuardedPolicy:
+        made = self.inner.with_prompts(prompts, keep_memory=keep_memory)
+        if made is None or not hasattr(made, "respond"):
+            self._bad("with_prompts", _described(made))
+        return GuardedPolicy(made, self.user_id, self.period)
+
+    def load(self, directory: Path) -> GuardedPolicy:
+        self.inner.load(directory)  # into the policy itself (the contract returns self)
+        return self
+
+    def save(self, directory: Path) -> None:
+        self.inner.save(directory)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def guarded(policy: Any, user_id: str) -> GuardedPolicy:
+    """`policy` under a GuardedPolicy (once: an already guarded policy is returned as it is)."""
+    return policy if isinstance(policy, GuardedPolicy) else GuardedPolicy(policy, user_id)
+
+
+def _schema_problem(value: Any, schema: dict[str, Any]) -> str | None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as exc:
+        return exc.message[:120]
+    except jsonschema.SchemaError:
+        return None  # the question's schema is memloop's own: not the plug-in's fault
+    return None
