@@ -192,10 +192,13 @@ class FakeOpenAIServer:
         return Handler
 
 
-def serve_in_subprocess(latency_s: float = 0.0, reply: str = '{"ok": true}'):
+def serve_in_subprocess(
+    latency_s: float = 0.0, reply: Callable[[dict[str, Any]], str] | str = '{"ok": true}'
+):
     """Run a FakeOpenAIServer in its own process (so it does not share the caller's GIL).
 
-    The result is (process, base_url). Terminate the process when done.
+    `reply` as for FakeOpenAIServer; a function must be importable (module level), e.g.
+    `schema_valid_reply`. The result is (process, base_url). Terminate the process when done.
     """
     import multiprocessing as mp
 
@@ -206,7 +209,7 @@ def serve_in_subprocess(latency_s: float = 0.0, reply: str = '{"ok": true}'):
     return proc, queue.get(timeout=60)
 
 
-def _child_serve(latency_s: float, reply: str, queue) -> None:
+def _child_serve(latency_s: float, reply: Callable[[dict[str, Any]], str] | str, queue) -> None:
     server = FakeOpenAIServer(latency_s=latency_s, reply=reply)
     queue.put(server.base_url)
     server._httpd.serve_forever()

@@ -1,0 +1,121 @@
+"""Is memloop or the endpoint the limit? `memloop eval` throughput against the fake endpoint.
+
+Each configuration runs in a fresh process (so its peak memory is its own): an AWI eval of a
+procedural environment (2 periods x 2 questions, 1 round per session) with U users, U in parallel
+(the endpoint's max_concurrency too), against the project's fake endpoint served from its own
+process (so it does not share memloop's GIL), answering at once or after a latency. Reported per
+configuration: model calls, wall seconds, calls/s, memloop process CPU seconds per call (start-up
+measured separately and left out), the share of the endpoint's bound reached (U / latency calls/s
+when the fake waits), and peak memory. Writes benchmarks/results/throughput.json with the commit.
+
+    python benchmarks/throughput.py                          # the issue's table
+    python benchmarks/throughput.py --configs 32:0 128:0.125  # users:latency pairs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results" / "throughput.json"
+DEFAULT = ["16:0", "64:0", "256:0", "16:0.125", "64:0.125", "256:0.125", "1000:0"]
+
+
+def one(users: int, latency: float) -> dict:
+    """Run one configuration in this process; its numbers."""
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    from memloop.environment.procedural import generate_procedural
+    from memloop.environment.simulator import SimulatorConfig
+    from memloop.feedback.evaluate import run_evaluation
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
+    from memloop.llm.roles import RoleClients
+    from memloop.policies import build_policy
+    from memloop.policies.config import AWIConfig
+    from memloop.testing.fake_server import schema_valid_reply, serve_in_subprocess
+
+    server, base_url = serve_in_subprocess(latency_s=latency, reply=schema_valid_reply)
+    try:
+        items = generate_procedural(users=users, periods=2, questions=2, seed=0)
+        endpoint = Endpoint(
+            model="fake", base_url=base_url, max_concurrency=users, timeout_s=600, max_retries=0
+        )
+        client = ChatClient(endpoint, cache=None)
+        config = AWIConfig()
+        startup_wall = time.perf_counter() - started
+        startup_cpu = time.process_time() - cpu_started
+        with tempfile.TemporaryDirectory() as out:
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            result = run_evaluation(
+                items,
+                lambda uid, workdir, c: build_policy(config, c, workdir),
+                Path(out),
+                clients=RoleClients.single(client),
+                sim_config=SimulatorConfig(rounds_init=1, rounds_update=1),
+                max_users_in_parallel=users,
+                progress=False,
+            )
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    finally:
+        server.terminate()
+    calls = result.new_requests
+    bound = users / latency if latency > 0 else None
+    return {
+        "users": users,
+        "parallel": users,
+        "latency_s": latency,
+        "calls": calls,
+        "wall_s": round(wall, 2),
+        "calls_per_s": round(calls / wall, 1),
+        "cpu_s": round(cpu, 2),
+        "cpu_ms_per_call": round(1000 * cpu / calls, 2),
+        "endpoint_bound_calls_per_s": None if bound is None else round(bound, 1),
+        "share_of_bound": None if bound is None else round(calls / wall / bound, 3),
+        "startup_s": round(startup_wall, 2),
+        "startup_cpu_s": round(startup_cpu, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=DEFAULT, help="users:latency_s pairs")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # users:latency, run in this process
+    args = parser.parse_args()
+    if args.one:
+        users, latency = args.one.split(":")
+        print(json.dumps(one(int(users), float(latency))))
+        return
+    rows = []
+    for config in args.configs:
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", config], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{config} failed:\n{done.stderr[-2000:]}")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        share = "" if row["share_of_bound"] is None else f", {row['share_of_bound']:.0%} of bound"
+        print(
+            f"{row['users']:5d} users, latency {row['latency_s']:.3f} s: {row['calls']} calls in "
+            f"{row['wall_s']} s = {row['calls_per_s']} calls/s, {row['cpu_ms_per_call']} ms CPU "
+            f"per call{share}, peak {row['peak_rss_mb']} MB",
+            flush=True,
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"commit": commit, "runs": rows}, indent=1) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
