@@ -76,12 +76,31 @@ def test_gepa_two_cycles(workspace, local_client):
         assert steps[:2] == [0, 1], split
     assert "gepa_val_score" in run.data.metrics
     assert run.data.tags["memloop.search"] == "gepa"
-    # GEPA proposed a candidate beyond the seed and screened it by replaying the training
-    # user's recorded conversation (its minibatch held no new on-policy episode)
+    # GEPA's reflection ran through the optimizer contract. Its proposal either became a new
+    # candidate, screened by replaying the training user's recorded conversation (its minibatch
+    # held no new on-policy episode), or was refused by the leak check: the 0.5B model copies its
+    # whole request, the users' feedback and their values included, into the proposal (seen:
+    # "audiobooks", a user's value, refused). Nothing registered names a private value.
     (run_dir,) = (root / "runs").glob("*gepa*")
-    assert len(list(run_dir.glob("candidates/*.json"))) >= 2
+    (iteration,) = [
+        h for h in json.loads((run_dir / "gepa_cycles.json").read_text()) if h["iteration"]
+    ]
+    assert iteration["optimizer_tokens"] > 0
+    candidates = list(run_dir.glob("candidates/*.json"))
     screened = list(run_dir.glob("candidates/*/screen/*/*/period_00/record.json"))
+    # a refused proposal keeps its parent's text: the seed is then the only candidate, and its
+    # copy is what GEPA's minibatch screens
+    assert len(candidates) == (1 if iteration["leaks_rejected"] else 2)
     assert screened and all(json.loads(p.read_text())["mode"] == "off_policy" for p in screened)
+    from memloop.environment.procedural import generate_procedural
+    from memloop.optimize.leaks import named
+
+    private = set().union(*(i.private_values() for i in generate_procedural(**ENV["procedural"])))
+    name = run.data.tags["memloop.prompt_name"]
+    versions = sorted(mlc.search_prompt_versions(name), key=lambda v: int(v.version))
+    assert versions and all(
+        named(v.template, private, versions[0].template) == [] for v in versions
+    )
 
 
 @pytest.mark.slow

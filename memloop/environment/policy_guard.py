@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from memloop.core.errors import UserError
+from memloop.llm.client import schema_problem
 
 
 def _described(value: Any) -> str:
@@ -68,9 +69,11 @@ class GuardedPolicy:
             if (parsed is None) == (error is None):
                 self._bad("answer", "both or neither of parsed and json_error with a schema")
             if parsed is not None:
-                problem = _schema_problem(parsed, schema)
+                problem = schema_problem(parsed, schema)
                 if problem:
-                    self._bad("answer", f"parsed that breaks the question's schema ({problem})")
+                    self._bad(
+                        "answer", f"parsed that breaks the question's schema ({problem[:120]})"
+                    )
         return answer
 
     def memory_view(self) -> str:
@@ -113,15 +116,3 @@ class GuardedPolicy:
 def guarded(policy: Any, user_id: str) -> GuardedPolicy:
     """`policy` under a GuardedPolicy (once: an already guarded policy is returned as it is)."""
     return policy if isinstance(policy, GuardedPolicy) else GuardedPolicy(policy, user_id)
-
-
-def _schema_problem(value: Any, schema: dict[str, Any]) -> str | None:
-    import jsonschema
-
-    try:
-        jsonschema.validate(value, schema)
-    except jsonschema.ValidationError as exc:
-        return exc.message[:120]
-    except jsonschema.SchemaError:
-        return None  # the question's schema is memloop's own: not the plug-in's fault
-    return None

@@ -61,10 +61,12 @@ def run_evaluation(
     progress: bool = True,
     replay_from: Path | None = None,
     extra: dict[str, Any] | None = None,
+    plot: bool = True,
 ) -> EvaluationResult:
     """Episodes under `out_dir/episodes`; metrics.json, records.jsonl, per_period.png in `out_dir`.
 
-    A rerun resumes finished periods from their checkpoints (no model calls).
+    A rerun resumes finished periods from their checkpoints (no model calls). `plot=False`: no
+    per_period.png (report.write_outputs).
     """
     out_dir = Path(out_dir)
     prober = Prober(ub_client=clients.agent, checker_client=clients.checker)
@@ -83,7 +85,7 @@ def run_evaluation(
     )
     period_records = [r for e in episodes for r in e.records]
     calibration, sent = calibrate(items, prober.checker_client)
-    metrics = write_outputs(out_dir, period_records, extra, calibration)
+    metrics = write_outputs(out_dir, period_records, extra, calibration, plot=plot)
     return EvaluationResult(metrics, episodes, sent)
 
 
@@ -97,6 +99,7 @@ def run_evaluation_groups(
     periods: int | None = None,
     max_users_in_parallel: int = 2,
     progress: bool = True,
+    plot: bool = True,
 ) -> dict[str, EvaluationResult]:
     """Several groups of users (e.g. training and held-out users) under one policy in one pass.
 
@@ -128,6 +131,6 @@ def run_evaluation_groups(
         if items:
             mine = [by_user[item.id] for item in items]
             records = [r for e in mine for r in e.records]
-            metrics = write_outputs(out_dir / name, records, calibration=calibration)
+            metrics = write_outputs(out_dir / name, records, calibration=calibration, plot=plot)
             results[name] = EvaluationResult(metrics, mine, 0 if results else sent)
     return results

@@ -88,6 +88,7 @@ def evaluation_options(config: Any, clients: RoleClients, progress: bool) -> dic
         periods=config.environment.periods,
         max_users_in_parallel=config.parallel_users,
         progress=progress,
+        plot=False,  # inner evaluations: their numbers go to MLflow and compare's figures
     )
 
 
