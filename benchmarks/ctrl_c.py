@@ -25,6 +25,7 @@ import yaml
 
 from memloop.environment.datafile import save_items
 from memloop.environment.procedural import generate_procedural
+from memloop.runs.spec import git_revision
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply
 
 RESULTS = Path(__file__).parent / "results" / "ctrl_c.json"
@@ -100,9 +101,7 @@ def main() -> None:
                     f"exit {row['exit']}, {row['requests_before_sigint']} requests before",
                     flush=True,
                 )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = (git_revision() or "unknown")[:7]
     stopped = [r for r in rows if not r["finished_before_sigint"]]
     summary = {
         "commit": commit,

@@ -109,9 +109,9 @@ def main() -> None:
             f"per call{share}, peak {row['peak_rss_mb']} MB",
             flush=True,
         )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    from memloop.runs.spec import git_revision  # here: one() measures memloop's imports
+
+    commit = (git_revision() or "unknown")[:7]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"commit": commit, "runs": rows}, indent=1) + "\n")
     print(f"wrote {RESULTS}")

@@ -32,7 +32,7 @@ from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
 from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
-from memloop.optimize.leaks import named
+from memloop.optimize.leaks import LeakCheck
 from memloop.optimize.store import CycleStore
 from memloop.runs import tracker
 from memloop.runs.folder import open_run_folder
@@ -201,6 +201,10 @@ class RunContext:
             v for items in self.users.values() for i in items for v in i.private_values()
         )
 
+    @functools.cached_property
+    def _leaks(self) -> LeakCheck:
+        return LeakCheck(self.private)  # its values indexed once for the whole run
+
     def check_no_leak(self, record: CycleRecord) -> None:
         """Stop a run whose search yields a cycle whose prompts name a private value.
 
@@ -209,7 +213,7 @@ class RunContext:
         """
         prompts = self.store.saved_prompts(record.cycle) or {}
         leaking = sorted(
-            n for n, t in prompts.items() if named(t, self.private, self.initial_prompts.get(n, ""))
+            n for n, t in prompts.items() if self._leaks.names(t, self.initial_prompts.get(n, ""))
         )
         if leaking:
             raise UserError(

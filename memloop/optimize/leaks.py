@@ -45,34 +45,50 @@ def _forms(text: str, longest: int) -> set[str]:
     return {"".join(ws[i : i + n]) for n in range(1, longest + 1) for i in range(len(ws) - n + 1)}
 
 
+class _Index:
+    """Private values by their matching key (letters and digits of their singular words)."""
+
+    def __init__(self, values: Iterable[str]):
+        self.keys: dict[str, list[str]] = {}
+        self.longest = 1  # words in the longest checked value
+        for value in set(values):
+            ws = words(value)
+            key = "".join(ws)
+            if len(key) >= MIN_CHARS:
+                self.keys.setdefault(key, []).append(value)
+                self.longest = max(self.longest, len(ws))
+
+    def named(self, text: str, allowed: str = "") -> list[str]:
+        if not self.keys:
+            return []
+        found = _forms(text, self.longest) & self.keys.keys()
+        if found and allowed:
+            found -= _forms(allowed, self.longest)
+        return sorted(v for key in found for v in self.keys[key])
+
+
 def named(text: str, values: Iterable[str], allowed: str = "") -> list[str]:
     """The `values` that `text` names (sorted), leaving out those `allowed` already names."""
-    keys: dict[str, list[str]] = {}
-    longest = 1
-    for value in set(values):
-        ws = words(value)
-        key = "".join(ws)
-        if len(key) >= MIN_CHARS:
-            keys.setdefault(key, []).append(value)
-            longest = max(longest, len(ws))
-    if not keys:
-        return []
-    found = _forms(text, longest) & keys.keys()
-    if found and allowed:
-        found -= _forms(allowed, longest)
-    return sorted(v for key in found for v in keys[key])
+    return _Index(values).named(text, allowed)
 
 
 @dataclass
 class LeakCheck:
-    """The leak check of one proposal: the private values it bans and the rejections it made."""
+    """The leak check of one proposal: the private values it bans and the rejections it made.
+
+    The values are indexed once, not again for every text checked.
+    """
 
     private: frozenset[str]
     rejected: int = field(default=0)
+    _index: _Index = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index = _Index(self.private)
 
     def names(self, text: str, allowed: str = "") -> list[str]:
         """The private values `text` names that `allowed` (the text it replaces) did not."""
-        return named(text, self.private, allowed)
+        return self._index.named(text, allowed)
 
     def reject(self, text: str, allowed: str = "") -> int:
         """How many private values `text` names beyond `allowed`; non-zero is a rejection."""
