@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.memloop-installed
 
-.PHONY: demo check test test-fast lint format bench install clean-venv
+.PHONY: demo check test test-scaleout test-fast lint format bench install clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python >= 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 2; }
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: a bare `torch` requirement resolved later would pull the CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[local-1_5b,local-0_5b,dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[local-1_5b,local-0_5b,postgres,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,7 +25,15 @@ check: $(STAMP)
 	$(BIN)/memloop llm check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=10
+	$(BIN)/python -m pytest -q --durations=10 -m "not scaleout"
+
+# Several machines' parts on real engines: PostgreSQL (installed with apt when missing and this
+# is root) as Optuna storage and MLflow backend, `mlflow server` as the tracking URI.
+test-scaleout: $(STAMP)
+	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; } || \
+	  { echo "need PostgreSQL's server programs: apt-get install postgresql"; exit 2; }
+	$(BIN)/python -m pytest -q --durations=5 -m scaleout
 
 # ruff (lint + format check) over the whole tree; mypy over the packages listed in pyproject.toml.
 lint: $(STAMP)
@@ -38,7 +46,7 @@ format: $(STAMP)
 	$(BIN)/ruff format memloop tests benchmarks examples
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not scaleout"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_client.py

@@ -494,3 +494,17 @@ def test_compare_on_an_empty_sqlite_file_leaves_it_empty(tmp_path, capsys):
     assert main(argv) == 2
     one_error_line(capsys, f"no MLflow store at {db}: run memloop evolve first")
     assert listing(tmp_path) == {"mlflow.db": b""}
+
+
+def test_version_names_the_package_and_its_commit(capsys):
+    from memloop import __version__
+    from memloop.experiments.cli import main
+    from memloop.runs.spec import git_revision
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out.strip()
+    commit = git_revision()
+    expected = f"memloop {__version__}" + (f" (commit {commit[:12]})" if commit else "")
+    assert out == expected

@@ -293,3 +293,29 @@ def test_dspy_lm_goes_through_client(fake, tmp_path):
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         predict(question="six times seven?")
     assert len(fake.requests) == 1  # the repeat came from memloop's cache
+
+
+def test_extra_body_is_sent_and_null_temperature_and_max_tokens_are_not(fake, tmp_path):
+    body = {"reasoning_effort": "low", "provider": {"order": ["a"]}}
+    reasoning = Endpoint(
+        model="m",
+        base_url=fake.base_url,
+        temperature=None,
+        max_tokens=None,
+        extra_body=body,
+    )
+    client = ChatClient(reasoning, cache=tmp_path / "c.sqlite")
+    client.chat(MSGS, component="agent")
+    sent = fake.requests[0]
+    assert sent["reasoning_effort"] == "low" and sent["provider"] == {"order": ["a"]}
+    assert "temperature" not in sent and "max_tokens" not in sent
+    # other extra_body: another cache entry; the default endpoint still sends both fields
+    other = ChatClient(reasoning.model_copy(update={"extra_body": {}}), cache=tmp_path / "c.sqlite")
+    assert not other.chat(MSGS, component="agent").cached
+    plain = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "d.sqlite")
+    plain.chat(MSGS, component="agent")
+    assert (fake.requests[-1]["temperature"], fake.requests[-1]["max_tokens"]) == (0.0, 512)
+    assert "reasoning_effort" not in fake.requests[-1]
+    # the run identity holds extra_body only when it is set (earlier runs keep their keys)
+    assert reasoning.result_settings()["extra_body"] == body
+    assert "extra_body" not in Endpoint().result_settings()

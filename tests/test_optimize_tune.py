@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from memloop.testing import (
     request_schema,
     scripted_builder,
 )
+from memloop.testing.commands import tune_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,37 +189,8 @@ def test_pareto_front_and_plot(tmp_path):
     assert "pareto.png" in {a.path for a in mlc.list_artifacts(parent.info.run_id)}
 
 
-WORKER = """
-import sys, time
-from memloop.llm.client import ChatClient
-from memloop.llm.endpoint import Endpoint
-from memloop.llm.roles import RoleClients
-from memloop.feedback.records import SCORER_VERSION
-from memloop.optimize.config import TuneConfig, load_config
-from memloop.optimize.tune import run_tune, format_outcome
-from memloop.testing import scripted_builder
-from memloop.testing.policies import ScriptedPolicy
-delay = float(sys.argv[3])
-orig = ScriptedPolicy.respond
-def slow(self, msg):
-    time.sleep(delay)
-    return orig(self, msg)
-ScriptedPolicy.respond = slow
-config = load_config(sys.argv[1], TuneConfig)
-client = ChatClient(Endpoint(model="m", base_url=sys.argv[2]), cache=sys.argv[4])
-roles = RoleClients(client, client, client, client)
-print(format_outcome(run_tune(config, progress=False, clients=roles, builder=scripted_builder())))
-"""
-
-
 def worker(path: Path, url: str, delay: float, cache: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(path), url, str(delay), str(cache)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return tune_worker(path, url, delay, cache, cwd=ROOT)
 
 
 def test_two_worker_processes_share_one_study(tmp_path):

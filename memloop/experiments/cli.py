@@ -31,6 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memloop",
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
     )
+    from memloop import __version__
+    from memloop.runs.spec import git_revision
+
+    commit = git_revision()
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"memloop {__version__}" + (f" (commit {commit[:12]})" if commit else ""),
+    )
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
     modules = (
         quickstart_cmd,

@@ -258,13 +258,15 @@ class ChatClient:
             "max_tokens": self.endpoint.max_tokens if max_tokens is None else max_tokens,
             "stop": stop,
         }
+        if self.endpoint.extra_body:  # only when set: the cache keys of other calls stay
+            params["extra_body"] = self.endpoint.extra_body
         if schema is not None:
             params["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "schema": schema, "strict": True},
             }
         draw = 0
-        if params["temperature"] > 0:
+        if (params["temperature"] or 0) > 0:
             draw = self.draw
             # reproducible distinct draws where the server honours seeds
             params["seed"] = draw * DRAW_SEED_STRIDE + sample

@@ -33,8 +33,15 @@ class Endpoint(BaseModel):
     api_key_env: str | None = Field(
         None, description="name of the environment variable holding the key (never the key itself)"
     )
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(512, gt=0)
+    temperature: float | None = Field(
+        0.0, ge=0.0, le=2.0, description="null: not sent (the server's default; reasoning models)"
+    )
+    max_tokens: int | None = Field(512, gt=0, description="null: not sent (no cap)")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fields sent with every request, e.g. {reasoning_effort: low} or a "
+        "provider's options; part of the cache key and the run's identity",
+    )
     timeout_s: float = Field(120.0, gt=0)
     max_concurrency: int = Field(
         4,
@@ -68,6 +75,9 @@ class Endpoint(BaseModel):
             )
         return value
 
+    def __hash__(self) -> int:  # frozen, but extra_body is a dict: hash the whole settings
+        return hash(self.model_dump_json())
+
     @property
     def is_local(self) -> bool:
         return self.base_url == LOCAL
@@ -100,7 +110,10 @@ class Endpoint(BaseModel):
         Concurrency, timeouts, retries and the key's variable change how a response is fetched,
         not what it says, so changing them resumes a run rather than starting another.
         """
-        return self.model_dump(include=set(RESULT_SETTINGS))
+        settings = self.model_dump(include=set(RESULT_SETTINGS))
+        if self.extra_body:  # absent when empty: runs made before the field keep their keys
+            settings["extra_body"] = self.extra_body
+        return settings
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Endpoint:

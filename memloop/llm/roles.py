@@ -62,7 +62,7 @@ class RoleClients:
 
     def sampled(self) -> bool:
         """Whether the agent or the simulated user samples (temperature > 0): repeats can differ."""
-        return any(c.endpoint.temperature > 0 for c in (self.agent, self.user_sim))
+        return any((c.endpoint.temperature or 0) > 0 for c in (self.agent, self.user_sim))
 
     def identity(self) -> dict[str, Any]:
         """Each role's result-changing endpoint settings (no secrets), for a run's identity."""

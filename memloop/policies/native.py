@@ -38,7 +38,7 @@ class NativePolicy(BasePolicy):
         if window is None:
             return None
         # Room for the longest answer: a capped reply or an uncapped JSON probe answer.
-        reply = max(self.config.reply_max_tokens or 0, self.client.endpoint.max_tokens)
+        reply = max(self.config.reply_max_tokens or 0, self.client.endpoint.max_tokens or 0)
         return max(window - reply - _SAFETY_TOKENS, 0)
 
     def _messages(self, turns: list[dict[str, Any]], user_message: str) -> list[Message]:

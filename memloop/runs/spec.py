@@ -16,6 +16,7 @@ the key, so an upgrade resumes a run, and never a secret.
 from __future__ import annotations
 
 import json
+import functools
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +36,9 @@ LONG_PARAM = 400  # a longer value is logged as its sha256 (MLflow cuts params a
 CHOSEN = ("mode", "objective", "optimizer", "seed", "repeat")
 
 
+@functools.cache
 def git_revision() -> str | None:
+    """The commit of the memloop checkout this runs from (None when it is no checkout)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],

@@ -26,7 +26,7 @@ from typing import Any
 from memloop.core.errors import UserError
 from memloop.core.files import safe_name, sqlite_file, sqlite_problem, store_lock
 from memloop.core.settings import apply_offline_defaults
-from memloop.runs.spec import KEY_TAG, RunSpec
+from memloop.runs.spec import KEY_TAG, RunSpec, git_revision
 
 _lock = threading.Lock()
 
@@ -170,6 +170,33 @@ def require_store(tracking_uri: str) -> None:
         )
 
 
+SERVER_PROBE_S = 10.0
+"""Seconds a tracking server has to answer /health before a command gives up on it (MLflow's
+own client retries a refused connection with back-off for minutes)."""
+
+
+def check_server(tracking_uri: str) -> None:
+    """Refuse, in one line, a tracking server that does not answer."""
+    import urllib.error
+    import urllib.request
+
+    url = tracking_uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=SERVER_PROBE_S) as answer:
+            if answer.status == 200:
+                return
+            problem = f"HTTP {answer.status}"
+    except urllib.error.HTTPError as exc:
+        problem = f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        cause = getattr(exc, "reason", None) or exc
+        problem = getattr(cause, "strerror", None) or str(cause)
+    raise UserError(
+        f"{tracking_uri}: cannot reach the MLflow server ({problem}); start it or fix the "
+        "tracking URI, then rerun to resume"
+    )
+
+
 def check_store(tracking_uri: str, *, create: bool = False) -> None:
     """Refuse, in one line naming the file, a store MLflow cannot open.
 
@@ -181,6 +208,9 @@ def check_store(tracking_uri: str, *, create: bool = False) -> None:
     if not create:
         require_store(tracking_uri)
     check_tracking_uri(tracking_uri)
+    if tracking_uri.startswith(("http://", "https://")):
+        check_server(tracking_uri)
+        return
     try:
         db = sqlite_file(tracking_uri)  # an existing store's folder exists: nothing is created
     except OSError as exc:
@@ -658,14 +688,19 @@ def log_run(
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> tuple[str, bool]:
-    """(run id, resumed): the MLflow run of `spec` (its key, its params, its tags and `tags`)."""
+    """(run id, resumed): the MLflow run of `spec` (its key, its params, its tags and `tags`).
+
+    The code's git commit, when memloop runs from a checkout, is MLflow's own source tag.
+    """
+    revision = git_revision()
+    source = {"mlflow.source.git.commit": revision} if revision else {}
     return open_run(
         mlc,
         exp_id,
         spec.key(),
         run_name,
         spec.params(),
-        tags={**spec.tags(), **(tags or {})},
+        tags={**spec.tags(), **source, **(tags or {})},
         parent_run_id=parent_run_id,
     )
 

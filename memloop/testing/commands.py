@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -22,3 +24,40 @@ def eval_argv(
         "--out",
         str(out),
     ]
+
+
+# A `memloop tune` worker in its own process: the fake endpoint for every role, the scripted
+# policy slowed by `delay` seconds per reply (so a test can kill it while a trial runs).
+_TUNE_WORKER = """
+import sys, time
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.llm.roles import RoleClients
+from memloop.optimize.config import TuneConfig, load_config
+from memloop.optimize.tune import format_outcome, run_tune
+from memloop.testing import scripted_builder
+from memloop.testing.policies import ScriptedPolicy
+delay = float(sys.argv[3])
+orig = ScriptedPolicy.respond
+def slow(self, msg):
+    time.sleep(delay)
+    return orig(self, msg)
+ScriptedPolicy.respond = slow
+config = load_config(sys.argv[1], TuneConfig)
+client = ChatClient(Endpoint(model="m", base_url=sys.argv[2]), cache=sys.argv[4])
+roles = RoleClients(client, client, client, client)
+print(format_outcome(run_tune(config, progress=False, clients=roles, builder=scripted_builder())))
+"""
+
+
+def tune_worker(
+    config: Path, base_url: str, delay: float, cache: Path, cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    """Start a tune worker on `config` against the fake endpoint at `base_url`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _TUNE_WORKER, str(config), base_url, str(delay), str(cache)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

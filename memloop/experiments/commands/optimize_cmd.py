@@ -81,6 +81,34 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     )
     cmp.set_defaults(func=run_compare_cmd)
 
+    ex = sub.add_parser(
+        "export",
+        help="write an evolve run's prompts as text, a mem0 config or a DSPy program",
+        description="Writes the prompts of the cycle selected on validation users (or --cycle) "
+        "with where they came from (run, cycle, validation and test score, commit).",
+        epilog="example: memloop export runs/demo/complete-reflective --format mem0 "
+        "--out mem0_prompts.json",
+    )
+    ex.add_argument(
+        "run", metavar="RUN", help="a run folder of `memloop evolve`, or an MLflow run name or id"
+    )
+    ex.add_argument(
+        "--format",
+        choices=["text", "mem0", "dspy"],
+        default="text",
+        help="text: the prompts; mem0: a MemoryConfig with custom_fact_extraction_prompt and "
+        "custom_update_memory_prompt (AWE runs); dspy: the policy's program, for "
+        "program.load(FILE) (default: %(default)s)",
+    )
+    ex.add_argument("--cycle", type=int, help="this cycle instead of the one selected")
+    ex.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    ex.add_argument(
+        "--tracking-uri",
+        default="sqlite:///mlruns/mlflow.db",
+        help="where to look for RUN when it is no folder (default: %(default)s); only read",
+    )
+    ex.set_defaults(func=run_export_cmd)
+
     ui = sub.add_parser("ui", help="open the MLflow UI on 127.0.0.1 (works offline)")
     ui.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
     ui.add_argument("--port", type=int, default=5000)
@@ -119,6 +147,20 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_export_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memloop.optimize.export import load_exported, write_export
+
+    exported = load_exported(args.run, args.tracking_uri, args.cycle)
+    written = write_export(exported, args.format, Path(args.out))
+    print(
+        f"cycle {exported.cycle} of {exported.run} ({exported.rule}) -> "
+        + ", ".join(str(p) for p in written)
+    )
+    return 0
+
+
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:
     """Refuse, in one line, a port out of range or one another program already listens on."""
     import socket
@@ -145,6 +187,10 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     from memloop.core.settings import apply_offline_defaults
     from memloop.runs.tracker import check_store
 
+    if args.tracking_uri.startswith(("http://", "https://")):
+        # a tracking server serves its own UI: nothing to start
+        print(f"{args.tracking_uri} is an MLflow tracking server: its UI is at that address")
+        return 0
     check_port_free(args.port)
     check_store(args.tracking_uri)
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline

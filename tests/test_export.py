@@ -1,0 +1,218 @@
+"""`memloop export`: an evolve run's selected prompts as text, a DSPy program and a mem0 config,
+from a run folder or an MLflow run (name or id); and, on the embedded model, a mem0 `Memory`
+built from an exported config that extracts with the exported prompt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memloop.optimize.export import Exported, mem0_config, write_export
+from memloop.optimize.store import CycleStore
+from memloop.policies.programs import (
+    AWE_FACT_EXTRACTION_INSTRUCTIONS,
+    AWE_MEMORY_UPDATE_INSTRUCTIONS,
+    AWEProgram,
+    AWIProgram,
+    program_prompts,
+)
+from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+
+
+@pytest.fixture(scope="module")
+def evolved(tmp_path_factory):
+    """One AWI condition evolved for three cycles on the fake model (sqlite MLflow store)."""
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+
+    root = tmp_path_factory.mktemp("export")
+    (root / "awi.yaml").write_text("type: awi\n")
+    data = {
+        "experiment": "unit-export",
+        "environment": {
+            "procedural": {"users": 6, "periods": 2, "questions": 2, "seed": 1},
+            "train_users": 2,
+            "val_users": 2,
+            "test_users": 2,
+        },
+        "policy": str(root / "awi.yaml"),
+        "feedback_modes": ["complete"],
+        "evolvers": ["reflective"],
+        "cycles": 3,
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "out_dir": str(root / "runs"),
+    }
+    (root / "exp.yaml").write_text(yaml.safe_dump(data))
+    config = load_config(root / "exp.yaml", EvolveConfig)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        roles = fake_roles(fake.base_url, root / "c.sqlite")
+        (outcome,) = run_evolve(
+            config, progress=False, clients=roles, builder=scripted_builder(garble_every=3)
+        )
+    return config, outcome
+
+
+def test_text_from_the_run_folder_is_the_selected_cycles_prompt(evolved, tmp_path, capsys):
+    from memloop.experiments.cli import main
+
+    config, outcome = evolved
+    out = tmp_path / "prompt.txt"
+    assert main(["export", str(outcome.run_dir), "--out", str(out)]) == 0
+    k = outcome.selection.cycle
+    prompt = CycleStore(outcome.run_dir).saved_prompts(k)["writer"]
+    text = out.read_text()
+    assert text.endswith(f"=== writer ===\n{prompt.rstrip()}\n")
+    val = outcome.cycles[k].score("val", outcome.selection.objective)
+    assert f"cycle {k} ({outcome.selection.rule})" in text
+    assert f"validation {val:.3f}" in text
+    assert f"cycle {k} of {outcome.run_dir}" in capsys.readouterr().out
+
+
+def test_an_mlflow_run_by_name_or_id_gives_the_folders_export(evolved, tmp_path):
+    from memloop.experiments.cli import main
+    from memloop.runs import tracker
+
+    config, outcome = evolved
+    name = tracker.client(config.tracking_uri).get_run(outcome.run_id).info.run_name
+    texts = []
+    for run in (name, outcome.run_id, str(outcome.run_dir)):
+        out = tmp_path / f"{len(texts)}.txt"
+        argv = ["export", run, "--tracking-uri", config.tracking_uri, "--out", str(out)]
+        assert main(argv) == 0
+        texts.append(out.read_text().split("\n# commit")[1])  # after the run's own name
+    assert texts[0] == texts[1] == texts[2]
+
+
+def test_dspy_export_loads_into_the_policys_program(evolved, tmp_path):
+    from memloop.experiments.cli import main
+
+    _, outcome = evolved
+    out = tmp_path / "writer.json"
+    argv = ["export", str(outcome.run_dir), "--format", "dspy", "--cycle", "2", "--out", str(out)]
+    assert main(argv) == 0
+    program = AWIProgram()
+    program.load(str(out))
+    assert program_prompts(program) == CycleStore(outcome.run_dir).saved_prompts(2)
+    source = json.loads(out.with_name("writer.source.json").read_text())
+    assert (source["cycle"], source["rule"], source["policy"]) == (2, "--cycle 2", "awi")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--format", "mem0"], "is a awi run whose prompts (writer) are not mem0's"),
+        (["--cycle", "7"], "--cycle 7: "),
+        (["--format", "dspy"], "name a .json file"),
+    ],
+)
+def test_refusals_are_one_line(evolved, tmp_path, capsys, argv, needle):
+    from memloop.experiments.cli import main
+
+    _, outcome = evolved
+    out = tmp_path / "x.txt"
+    assert main(["export", str(outcome.run_dir), *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+def test_an_unknown_run_is_one_line(evolved, tmp_path, capsys):
+    from memloop.experiments.cli import main
+
+    config, _ = evolved
+    argv = ["export", "no-such-run", "--tracking-uri", config.tracking_uri, "--out", "x.txt"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no run folder or evolve run of that name" in err[0], err
+
+
+EVOLVED_RULE = " Write every fact in the present tense and keep each under twelve words."
+
+
+def awe_export(tmp_path: Path) -> Path:
+    exported = Exported(
+        run="runs/x/complete-reflective",
+        run_id=None,
+        policy="awe",
+        cycle=3,
+        rule="best val_memory_score",
+        objective="memory_score",
+        val_objective=0.5,
+        test_objective=0.4,
+        commit="abc",
+        prompts={
+            "fact_extraction": AWE_FACT_EXTRACTION_INSTRUCTIONS + EVOLVED_RULE,
+            "memory_update": AWE_MEMORY_UPDATE_INSTRUCTIONS,
+        },
+    )
+    out = tmp_path / "mem0.json"
+    write_export(exported, "mem0", out)
+    return out
+
+
+def test_the_mem0_file_is_a_memory_config_with_both_prompts(tmp_path):
+    from mem0.configs.base import MemoryConfig
+
+    data = json.loads(awe_export(tmp_path).read_text())
+    config = MemoryConfig(**data)
+    assert config.custom_fact_extraction_prompt.endswith(EVOLVED_RULE)
+    assert config.custom_update_memory_prompt == AWE_MEMORY_UPDATE_INSTRUCTIONS
+    assert data["memloop_source"]["cycle"] == 3 and data["memloop_source"]["commit"] == "abc"
+    with pytest.raises(Exception, match="not mem0's"):
+        mem0_config(
+            Exported("r", None, "awi", 0, "", None, None, None, None, {"writer": "w"})
+        )  # an AWI prompt is no mem0 prompt
+    assert set(program_prompts(AWEProgram())) == {"fact_extraction", "memory_update"}
+
+
+@pytest.mark.real_model
+def test_an_exported_mem0_config_extracts_with_the_evolved_prompt(local_client, tmp_path):
+    """mem0's own Memory, on the embedded model through mem0's OpenAI provider."""
+    from mem0 import Memory
+
+    from memloop.policies.config import PACKAGED_EMBEDDER
+    from memloop.policies.embedder import resolve_embedding_model
+
+    config = json.loads(awe_export(tmp_path).read_text())
+    config.pop("memloop_source")
+    config.update(
+        llm={
+            "provider": "openai",
+            "config": {
+                "model": "local-0.5b",
+                "api_key": "unused",
+                "openai_base_url": local_client.resolved_base_url(),
+                "temperature": 0.0,
+                "max_tokens": 200,
+            },
+        },
+        embedder={
+            "provider": "huggingface",
+            "config": {"model": str(resolve_embedding_model(PACKAGED_EMBEDDER))},
+        },
+        vector_store={
+            "provider": "qdrant",
+            "config": {"path": str(tmp_path / "qdrant"), "embedding_model_dims": 384},
+        },
+        history_db_path=str(tmp_path / "history.sqlite"),
+    )
+    memory = Memory.from_config(config)
+    sent: list[list[dict]] = []
+    generate = memory.llm.generate_response
+
+    def recording(messages, *args, **kwargs):  # the real call, its messages kept
+        sent.append(messages)
+        return generate(messages, *args, **kwargs)
+
+    memory.llm.generate_response = recording
+    memory.add(
+        [{"role": "user", "content": "I live in Lisbon and I work as a nurse."}], user_id="u1"
+    )
+    assert sent, "mem0 sent no request"
+    assert sent[0][0]["role"] == "system"
+    assert sent[0][0]["content"] == config["custom_fact_extraction_prompt"]  # the evolved prompt
+    stored = memory.get_all(user_id="u1")["results"]
+    assert stored, "the extraction stored no memory"
