@@ -1,15 +1,18 @@
 """Is memloop or the endpoint the limit? `memloop eval` throughput against the fake endpoint.
 
 Each configuration runs in a fresh process (so its peak memory is its own): an AWI eval of a
-procedural environment (2 periods x 2 questions, 1 round per session) with U users, U in parallel
-(the endpoint's max_concurrency too), against the project's fake endpoint served from its own
-process (so it does not share memloop's GIL), answering at once or after a latency. Reported per
-configuration: model calls, wall seconds, calls/s, memloop process CPU seconds per call (start-up
-measured separately and left out), the share of the endpoint's bound reached (U / latency calls/s
-when the fake waits), and peak memory. Writes benchmarks/results/throughput.json with the commit.
+procedural environment (2 periods x 2 questions, 1 round per session) with U users, P = min(U,
+256) of them in parallel (the endpoint's max_concurrency too), against the project's fake endpoint
+served from its own process (so it does not share memloop's GIL), answering at once or after a
+latency. Reported per configuration: model calls, wall seconds, calls/s, memloop process CPU
+seconds per call (start-up measured separately and left out), the share of the endpoint's bound
+reached (P / latency calls/s when the fake waits), and peak memory; and between sizes at one
+latency the marginal CPU per call. Writes benchmarks/results/throughput.json with the commit.
 
-    python benchmarks/throughput.py                          # the issue's table
+    python benchmarks/throughput.py                          # the targets' configurations
     python benchmarks/throughput.py --configs 32:0 128:0.125  # users:latency pairs
+    python benchmarks/throughput.py --configs 32:0 128:0:64 \\
+        --out benchmarks/results/throughput-issue-table.json  # the issue's table
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "throughput.json"
+MAX_PARALLEL = 256  # the endpoint's largest max_concurrency
 DEFAULT = ["16:0", "64:0", "256:0", "16:0.125", "64:0.125", "256:0.125", "1000:0"]
 
 
-def one(users: int, latency: float) -> dict:
+def one(users: int, latency: float, parallel: int | None = None) -> dict:
     """Run one configuration in this process; its numbers."""
     started = time.perf_counter()
     cpu_started = time.process_time()
@@ -44,8 +48,9 @@ def one(users: int, latency: float) -> dict:
     server, base_url = serve_in_subprocess(latency_s=latency, reply=schema_valid_reply)
     try:
         items = generate_procedural(users=users, periods=2, questions=2, seed=0)
+        parallel = min(users, MAX_PARALLEL) if parallel is None else parallel
         endpoint = Endpoint(
-            model="fake", base_url=base_url, max_concurrency=users, timeout_s=600, max_retries=0
+            model="fake", base_url=base_url, max_concurrency=parallel, timeout_s=600, max_retries=0
         )
         client = ChatClient(endpoint, cache=None)
         config = AWIConfig()
@@ -59,17 +64,17 @@ def one(users: int, latency: float) -> dict:
                 Path(out),
                 clients=RoleClients.single(client),
                 sim_config=SimulatorConfig(rounds_init=1, rounds_update=1),
-                max_users_in_parallel=users,
+                max_users_in_parallel=parallel,
                 progress=False,
             )
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     finally:
         server.terminate()
     calls = result.new_requests
-    bound = users / latency if latency > 0 else None
+    bound = parallel / latency if latency > 0 else None
     return {
         "users": users,
-        "parallel": users,
+        "parallel": parallel,
         "latency_s": latency,
         "calls": calls,
         "wall_s": round(wall, 2),
@@ -84,14 +89,32 @@ def one(users: int, latency: float) -> dict:
     }
 
 
+def marginal_cpu(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """CPU ms per extra call between consecutive sizes at one latency: what one more call costs,
+    with the one-time work of a run (lazy imports, the plot, thread start-up) left out."""
+    out: dict[str, dict[str, float]] = {}
+    for latency in sorted({r["latency_s"] for r in rows}):
+        same = sorted((r for r in rows if r["latency_s"] == latency), key=lambda r: r["calls"])
+        steps = {}
+        for small, large in zip(same, same[1:], strict=False):
+            extra_calls = large["calls"] - small["calls"]
+            if extra_calls > 0:
+                extra_cpu_ms = 1000 * (large["cpu_s"] - small["cpu_s"])
+                steps[f"{small['users']}->{large['users']}"] = round(extra_cpu_ms / extra_calls, 2)
+        if steps:
+            out[str(latency)] = steps
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=DEFAULT, help="users:latency_s pairs")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # users:latency, run in this process
+    parser.add_argument("--configs", nargs="+", default=DEFAULT, help="users:latency_s[:parallel]")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON file to write")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # one config, run in this process
     args = parser.parse_args()
     if args.one:
-        users, latency = args.one.split(":")
-        print(json.dumps(one(int(users), float(latency))))
+        users, latency, *parallel = args.one.split(":")
+        print(json.dumps(one(int(users), float(latency), *(int(p) for p in parallel))))
         return
     rows = []
     for config in args.configs:
@@ -104,17 +127,23 @@ def main() -> None:
         rows.append(row)
         share = "" if row["share_of_bound"] is None else f", {row['share_of_bound']:.0%} of bound"
         print(
-            f"{row['users']:5d} users, latency {row['latency_s']:.3f} s: {row['calls']} calls in "
-            f"{row['wall_s']} s = {row['calls_per_s']} calls/s, {row['cpu_ms_per_call']} ms CPU "
-            f"per call{share}, peak {row['peak_rss_mb']} MB",
+            f"{row['users']:5d} users ({row['parallel']} parallel), latency "
+            f"{row['latency_s']:.3f} s: {row['calls']} calls in {row['wall_s']} s = "
+            f"{row['calls_per_s']} calls/s, {row['cpu_ms_per_call']} ms CPU per call{share}, "
+            f"peak {row['peak_rss_mb']} MB",
             flush=True,
         )
+    marginal = marginal_cpu(rows)
+    for latency, steps in marginal.items():
+        shown = ", ".join(f"{k}: {v} ms" for k, v in steps.items())
+        print(f"marginal CPU per call at latency {latency} s ({shown})")
     from memloop.runs.spec import git_revision  # here: one() measures memloop's imports
 
     commit = (git_revision() or "unknown")[:7]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"commit": commit, "runs": rows}, indent=1) + "\n")
-    print(f"wrote {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    document = {"commit": commit, "runs": rows, "marginal_cpu_ms_per_call": marginal}
+    args.out.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import jsonschema
 import openai
-from openai.types.chat import ChatCompletionMessageParam
 
 from memloop.core import interrupt
 from memloop.core.errors import UserError
@@ -104,12 +103,35 @@ def default_cache_path() -> Path:
     return cache_root() / "responses.sqlite"
 
 
+CONNECTIONS_PER_POOL = 16
+"""Connections per HTTP pool: httpcore scans its whole pool under one lock for every request,
+so with hundreds of requests in flight one pool costs more CPU per call than the call itself
+(issue 32); a ChatClient spreads its calling threads over ceil(max_concurrency / 16) pools."""
+
+
 class _Connection:
-    """The HTTP client of a ChatClient and its forks, made on first use."""
+    """The HTTP clients (pools) of a ChatClient and its forks, made on first use.
+
+    Each calling thread keeps the pool it was first given (round robin), so its keep-alive
+    connection is reused; the endpoint's concurrency bound stays the one gate over all pools.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.client: openai.OpenAI | None = None
+        self.clients: list[openai.OpenAI] = []
+        self.local = threading.local()
+        self.turn = 0
+
+    def pick(self) -> openai.OpenAI | None:
+        clients = self.clients
+        if not clients:
+            return None
+        index = getattr(self.local, "index", None)
+        if index is None:
+            with self.lock:
+                index = self.local.index = self.turn
+                self.turn += 1
+        return clients[index % len(clients)]
 
 
 class ChatClient:
@@ -200,36 +222,41 @@ class ChatClient:
         return self._resolved_base_url
 
     def _openai(self) -> openai.OpenAI:
-        """The OpenAI client of this endpoint, made once and shared by every fork.
-
-        One connection pool and one SSL context for all of them; no lock once it exists.
-        """
+        """This thread's OpenAI client of the endpoint, from pools made once and shared by every
+        fork; one SSL context for all of them; no lock once they exist."""
         connection = self._connection
-        client = connection.client
+        client = connection.pick()
         if client is not None:
             return client
         with connection.lock:
-            if connection.client is None:
-                limits = httpx.Limits(
-                    max_connections=self.endpoint.max_concurrency + 4,
-                    max_keepalive_connections=self.endpoint.max_concurrency + 4,
-                )
-                connection.client = openai.OpenAI(
-                    base_url=self.resolved_base_url(),
-                    api_key=self.endpoint.api_key(),
-                    timeout=self.endpoint.timeout_s,
-                    max_retries=0,  # retries are ours: one policy for every endpoint
-                    http_client=httpx.Client(limits=limits, timeout=self.endpoint.timeout_s),
-                )
-            return connection.client
+            if not connection.clients:
+                pools = -(-self.endpoint.max_concurrency // CONNECTIONS_PER_POOL)
+                size = self.endpoint.max_concurrency + 4  # the gate bounds the sum, not a pool
+                limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+                ssl_context = httpx.create_ssl_context()
+                connection.clients = [
+                    openai.OpenAI(
+                        base_url=self.resolved_base_url(),
+                        api_key=self.endpoint.api_key(),
+                        timeout=self.endpoint.timeout_s,
+                        max_retries=0,  # retries are ours: one policy for every endpoint
+                        http_client=httpx.Client(
+                            limits=limits, timeout=self.endpoint.timeout_s, verify=ssl_context
+                        ),
+                    )
+                    for _ in range(pools)
+                ]
+        client = connection.pick()
+        assert client is not None
+        return client
 
     def close(self) -> None:
-        """Close the shared HTTP client (a later request opens a new one)."""
+        """Close the shared HTTP clients (a later request opens new ones)."""
         connection = self._connection
         with connection.lock:
-            if connection.client is not None:
-                connection.client.close()
-                connection.client = None
+            clients, connection.clients = connection.clients, []
+        for client in clients:
+            client.close()
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -336,6 +363,8 @@ class ChatClient:
     def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         client = self._openai()
         kwargs = {k: v for k, v in params.items() if v is not None}
+        extra = kwargs.pop("extra_body", None) or {}
+        body = {"model": self.api_model_name, "messages": messages, **kwargs, **extra}
         attempt = 0
         while True:
             gate = self._gate
@@ -347,13 +376,12 @@ class ChatClient:
                 started = time.perf_counter()
                 try:
                     resp = _interruptible(
-                        lambda: client.chat.completions.with_raw_response.create(
-                            model=self.api_model_name,
-                            # Our messages are plain role/content dicts built by the callers; the
-                            # SDK types them as a union of TypedDicts, which a dict[str, Any]
-                            # cannot be proven to match statically.
-                            messages=cast(list[ChatCompletionMessageParam], messages),
-                            **kwargs,
+                        # The SDK's post, not its typed `create`: `create` walks every request
+                        # (messages, the JSON schema) against its TypedDicts and parses every
+                        # answer into models, about half of memloop's CPU per call (issue 32).
+                        # Status errors, timeouts and connection errors are the SDK's as before.
+                        lambda: client.post(
+                            "/chat/completions", body=body, cast_to=httpx.Response
                         )
                     )
                     latency = time.perf_counter() - started
@@ -411,15 +439,14 @@ class ChatClient:
                     f"{self.endpoint.model!r}: {type(error).__name__}: {_short(error)}"
                 ) from None
             interrupt.sleep(self._backoff(attempt, error))
-        choice = completion.choices[0]
-        usage = completion.usage
-        resp = completion
+        choice = completion["choices"][0]
+        usage = completion.get("usage") or {}
         return {
-            "text": choice.message.content or "",
-            "model": resp.model or self.api_model_name,
-            "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
-            "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
-            "finish_reason": choice.finish_reason,
+            "text": (choice.get("message") or {}).get("content") or "",
+            "model": completion.get("model") or self.api_model_name,
+            "prompt_tokens": usage.get("prompt_tokens") or 0,
+            "completion_tokens": usage.get("completion_tokens") or 0,
+            "finish_reason": choice.get("finish_reason"),
             "latency_s": latency,
         }
 
@@ -438,17 +465,19 @@ class ChatClient:
         return delay
 
 
-def _completion(raw: Any) -> Any:
-    """The ChatCompletion of a raw response, or NotACompletion quoting what was received."""
-    text = raw.http_response.text
+def _completion(response: httpx.Response) -> dict[str, Any]:
+    """The chat completion (a JSON object) of a response, or NotACompletion quoting what came."""
+    text = response.text
     try:
-        parsed = raw.parse()
-    except Exception:  # a body the SDK cannot read as a completion
+        parsed = json.loads(text)
+    except ValueError:  # HTML, cut JSON, ...
         parsed = None
-    if parsed is None or isinstance(parsed, str) or not getattr(parsed, "choices", None):
+    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+    if not isinstance(choices, list) or (choices and not isinstance(choices[0], dict)):
         received = " ".join(text.split())[:80]
-        if parsed is None or isinstance(parsed, str):
-            raise NotACompletion(f"a body that is not a chat completion: {received!r}")
+        raise NotACompletion(f"a body that is not a chat completion: {received!r}")
+    if not choices:
+        received = " ".join(text.split())[:80]
         raise NotACompletion(f"a completion with no choices: {received!r}")
     return parsed
 

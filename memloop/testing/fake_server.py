@@ -36,6 +36,13 @@ FAULTS = {
 }
 
 
+class _Server(ThreadingHTTPServer):
+    # listen()'s backlog is read in the constructor: set on an instance it would stay at 5, and
+    # hundreds of clients connecting at once were reset by the kernel
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class FakeOpenAIServer:
     def __init__(
         self,
@@ -60,9 +67,7 @@ class FakeOpenAIServer:
         self.in_flight = 0
         self.peak_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._httpd.request_queue_size = 128
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._thread: threading.Thread | None = None
 
     @property
