@@ -245,6 +245,25 @@ def test_ui_on_a_file_that_is_not_a_database_is_one_line(tmp_path, capsys, no_ex
     one_error_line(capsys, str(target), "not an MLflow tracking database")
 
 
+def test_ui_starts_one_worker_and_names_the_experiments_runs_table(tmp_path, capsys, monkeypatch):
+    import os
+
+    from memloop.runs import tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlc = tracker.client(uri)
+    exp_id = tracker.experiment_id(mlc, "unit-ui", uri)
+    tags = mlc.get_experiment(exp_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"  # runs, not traces
+    started: list[list[str]] = []
+    monkeypatch.setattr(os, "execvp", lambda program, argv: started.append(argv))
+    assert main(["ui", "--tracking-uri", uri, "--port", "5998", "--experiment", "unit-ui"]) == 0
+    (argv,) = started
+    assert argv[argv.index("--workers") + 1] == "1"
+    assert f"http://127.0.0.1:5998/#/experiments/{exp_id}/runs" in capsys.readouterr().out
+    assert main(["ui", "--tracking-uri", uri, "--experiment", "nope"]) == 2
+
+
 # -- 5. endpoint files -----------------------------------------------------------------------------
 
 

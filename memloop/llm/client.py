@@ -222,8 +222,11 @@ class ChatClient:
         return self._resolved_base_url
 
     def _openai(self) -> openai.OpenAI:
-        """This thread's OpenAI client of the endpoint, from pools made once and shared by every
-        fork; one SSL context for all of them; no lock once they exist."""
+        """This thread's OpenAI client of the endpoint.
+
+        The pools are made once and shared by every fork, with one SSL context for all of them;
+        no lock once they exist.
+        """
         connection = self._connection
         client = connection.pick()
         if client is not None:
@@ -380,9 +383,7 @@ class ChatClient:
                         # (messages, the JSON schema) against its TypedDicts and parses every
                         # answer into models, about half of memloop's CPU per call (issue 32).
                         # Status errors, timeouts and connection errors are the SDK's as before.
-                        lambda: client.post(
-                            "/chat/completions", body=body, cast_to=httpx.Response
-                        )
+                        lambda: client.post("/chat/completions", body=body, cast_to=httpx.Response)
                     )
                     latency = time.perf_counter() - started
                     completion = _completion(resp)

@@ -630,16 +630,28 @@ class _RaisedAnyway:
 # -- experiments, runs, metrics, prompts -------------------------------------------------------
 
 
+EXPERIMENT_TAGS = {
+    # MLflow 3 opens a GenAI experiment on its (empty) traces page; these are runs to compare
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": "memloop runs: one MLflow run per condition (evolve) or trial (tune); "
+    "read them with `memloop compare --experiment NAME`, take a prompt with `memloop export`.",
+}
+
+
 def experiment_id(mlc, name: str, tracking_uri: str) -> str:
+    """The id of experiment `name`, created (with memloop's experiment tags) when missing."""
     with store_errors(tracking_uri):
         exp = mlc.get_experiment_by_name(name)
         if exp is not None:
+            for key, value in EXPERIMENT_TAGS.items():
+                if key not in exp.tags:  # an experiment made by an older memloop
+                    mlc.set_experiment_tag(exp.experiment_id, key, value)
             return exp.experiment_id
         location = None
         db = sqlite_file(tracking_uri)
         if db is not None:
             location = (db.parent.resolve() / "artifacts" / safe_name(name)).as_uri()
-        return mlc.create_experiment(name, artifact_location=location)
+        return mlc.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
 
 
 def open_run(

@@ -111,7 +111,15 @@ def register_more(sub: argparse._SubParsersAction) -> None:
 
     ui = sub.add_parser("ui", help="open the MLflow UI on 127.0.0.1 (works offline)")
     ui.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=int, default=5000, help="default: %(default)s")
+    ui.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes (default: %(default)s; MLflow's own default of 4 takes longer "
+        "to start and several GB)",
+    )
+    ui.add_argument("--experiment", help="print the address of this experiment's runs table")
     ui.set_defaults(func=run_ui_cmd)
 
 
@@ -191,8 +199,22 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         # a tracking server serves its own UI: nothing to start
         print(f"{args.tracking_uri} is an MLflow tracking server: its UI is at that address")
         return 0
+    from memloop.core.errors import UserError
+
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1 (got {args.workers})")
     check_port_free(args.port)
     check_store(args.tracking_uri)
+    page = ""
+    if args.experiment:
+        from memloop.runs import tracker
+
+        exp = tracker.client(args.tracking_uri, create=False).get_experiment_by_name(
+            args.experiment
+        )
+        if exp is None:
+            raise UserError(f"--experiment {args.experiment}: no such experiment in the store")
+        page = f"/#/experiments/{exp.experiment_id}/runs"
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
     cmd = [
         sys.executable,
@@ -205,7 +227,9 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         "127.0.0.1",
         "--port",
         str(args.port),
+        "--workers",
+        str(args.workers),
     ]
-    print(f"MLflow UI on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
+    print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
     os.execvp(cmd[0], cmd)
     return 0
