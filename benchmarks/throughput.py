@@ -6,8 +6,10 @@ procedural environment (2 periods x 2 questions, 1 round per session) with U use
 served from its own process (so it does not share memloop's GIL), answering at once or after a
 latency. Reported per configuration: model calls, wall seconds, calls/s, memloop process CPU
 seconds per call (start-up measured separately and left out), the share of the endpoint's bound
-reached (P / latency calls/s when the fake waits), and peak memory; and between sizes at one
-latency the marginal CPU per call. Writes benchmarks/results/throughput.json with the commit.
+reached (P / latency calls/s when the fake waits) and of the bound the work itself sets (calls /
+(the busiest worker thread's calls x latency): a user's calls are sequential and users differ in
+their number of calls), and peak memory; and between sizes at one latency the marginal CPU per
+call. Writes benchmarks/results/throughput.json with the commit.
 
     python benchmarks/throughput.py                          # the targets' configurations
     python benchmarks/throughput.py --configs 32:0 128:0.125  # users:latency pairs
@@ -24,11 +26,30 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "throughput.json"
 MAX_PARALLEL = 256  # the endpoint's largest max_concurrency
-DEFAULT = ["16:0", "64:0", "256:0", "16:0.125", "64:0.125", "256:0.125", "1000:0"]
+DEFAULT = [
+    *("16:0", "64:0", "256:0", "16:0.125", "64:0.125", "256:0.125", "1000:0"),
+    *("evolve:64:0", "evolve:64:0.125"),
+]
+
+
+def count_calls_per_thread(chat_client_class) -> Counter:
+    """Count the model calls each worker thread makes (benchmark instrumentation only)."""
+    import threading
+
+    counts: Counter = Counter()
+    send = chat_client_class._send
+
+    def counted(self, *args, **kwargs):
+        counts[threading.get_ident()] += 1
+        return send(self, *args, **kwargs)
+
+    chat_client_class._send = counted
+    return counts
 
 
 def one(users: int, latency: float, parallel: int | None = None) -> dict:
@@ -53,6 +74,7 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
             model="fake", base_url=base_url, max_concurrency=parallel, timeout_s=600, max_retries=0
         )
         client = ChatClient(endpoint, cache=None)
+        per_thread = count_calls_per_thread(ChatClient)
         config = AWIConfig()
         startup_wall = time.perf_counter() - started
         startup_cpu = time.process_time() - cpu_started
@@ -72,6 +94,10 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
         server.terminate()
     calls = result.new_requests
     bound = parallel / latency if latency > 0 else None
+    # A user's calls are sequential, and a worker thread runs its users one after another: the
+    # run cannot end before the busiest thread's calls, each one latency long, are done.
+    longest = max(per_thread.values())
+    chain_bound = calls / (longest * latency) if latency > 0 else None
     return {
         "users": users,
         "parallel": parallel,
@@ -83,6 +109,11 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
         "cpu_ms_per_call": round(1000 * cpu / calls, 2),
         "endpoint_bound_calls_per_s": None if bound is None else round(bound, 1),
         "share_of_bound": None if bound is None else round(calls / wall / bound, 3),
+        "busiest_thread_calls": longest,
+        "chain_bound_calls_per_s": None if chain_bound is None else round(chain_bound, 1),
+        "share_of_chain_bound": None
+        if chain_bound is None
+        else round(calls / wall / chain_bound, 3),
         "startup_s": round(startup_wall, 2),
         "startup_cpu_s": round(startup_cpu, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -93,8 +124,9 @@ def marginal_cpu(rows: list[dict]) -> dict[str, dict[str, float]]:
     """CPU ms per extra call between consecutive sizes at one latency: what one more call costs,
     with the one-time work of a run (lazy imports, the plot, thread start-up) left out."""
     out: dict[str, dict[str, float]] = {}
-    for latency in sorted({r["latency_s"] for r in rows}):
-        same = sorted((r for r in rows if r["latency_s"] == latency), key=lambda r: r["calls"])
+    evals = [r for r in rows if r.get("kind", "eval") == "eval"]
+    for latency in sorted({r["latency_s"] for r in evals}):
+        same = sorted((r for r in evals if r["latency_s"] == latency), key=lambda r: r["calls"])
         steps = {}
         for small, large in zip(same, same[1:], strict=False):
             extra_calls = large["calls"] - small["calls"]
@@ -106,13 +138,99 @@ def marginal_cpu(rows: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def one_evolve(users: int, latency: float) -> dict:
+    """One evolve run of two cycles (cycle 0, the playbook evolver with its replay screen, cycle
+    1) of AWI on `users` users (half train, a quarter val, the rest test), every role on the
+    fake endpoint, MLflow on a sqlite store; the same numbers as `one`."""
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    import yaml
+
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
+    from memloop.llm.roles import RoleClients
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.testing import evolve_loop_reply
+    from memloop.testing.fake_server import serve_in_subprocess
+
+    server, base_url = serve_in_subprocess(latency_s=latency, reply=evolve_loop_reply)
+    try:
+        parallel = min(users, MAX_PARALLEL)
+        endpoint = Endpoint(
+            model="fake", base_url=base_url, max_concurrency=parallel, timeout_s=600, max_retries=0
+        )
+        client = ChatClient(endpoint, cache=None)
+        per_thread = count_calls_per_thread(ChatClient)
+        with tempfile.TemporaryDirectory() as root:
+            (Path(root) / "awi.yaml").write_text("type: awi\n")
+            train, val = users // 2, users // 4
+            (Path(root) / "exp.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "experiment": "throughput",
+                        "environment": {
+                            "procedural": {"users": users, "periods": 2, "questions": 2},
+                            "train_users": train,
+                            "val_users": val,
+                            "test_users": users - train - val,
+                        },
+                        "policy": "awi.yaml",
+                        "evolvers": ["playbook"],
+                        "objective": "state_accuracy",
+                        "cycles": 2,
+                        "rounds": {"init": 1, "update": 1},
+                        "parallel_users": parallel,
+                        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+                        "out_dir": f"{root}/runs",
+                    }
+                )
+            )
+            config = load_config(Path(root) / "exp.yaml", EvolveConfig)
+            startup_wall = time.perf_counter() - started
+            startup_cpu = time.process_time() - cpu_started
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            (outcome,) = run_evolve(
+                config, progress=False, clients=RoleClients(client, client, client, client)
+            )
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            screened = len(list((outcome.run_dir / "cycle_00" / "screen").iterdir()))
+    finally:
+        server.terminate()
+    calls = sum(per_thread.values())
+    return {
+        "kind": "evolve",
+        "users": users,
+        "parallel": parallel,
+        "latency_s": latency,
+        "calls": calls,
+        "prompts_screened": screened,
+        "wall_s": round(wall, 2),
+        "calls_per_s": round(calls / wall, 1),
+        "cpu_s": round(cpu, 2),
+        "cpu_ms_per_call": round(1000 * cpu / calls, 2),
+        "startup_s": round(startup_wall, 2),
+        "startup_cpu_s": round(startup_cpu, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=DEFAULT, help="users:latency_s[:parallel]")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=DEFAULT,
+        help="users:latency_s[:parallel] (an eval), or evolve:users:latency_s",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON file to write")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # one config, run in this process
     args = parser.parse_args()
     if args.one:
+        if args.one.startswith("evolve:"):
+            _, users, latency = args.one.split(":")
+            print(json.dumps(one_evolve(int(users), float(latency))))
+            return
         users, latency, *parallel = args.one.split(":")
         print(json.dumps(one(int(users), float(latency), *(int(p) for p in parallel))))
         return
@@ -125,9 +243,15 @@ def main() -> None:
             raise SystemExit(f"{config} failed:\n{done.stderr[-2000:]}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
-        share = "" if row["share_of_bound"] is None else f", {row['share_of_bound']:.0%} of bound"
+        share = (
+            ""
+            if row.get("share_of_bound") is None
+            else f", {row['share_of_bound']:.0%} of bound "
+            f"({row['share_of_chain_bound']:.0%} of the busiest thread's)"
+        )
+        kind = "evolve, 2 cycles + replay screen: " if row.get("kind") == "evolve" else ""
         print(
-            f"{row['users']:5d} users ({row['parallel']} parallel), latency "
+            f"{kind}{row['users']:5d} users ({row['parallel']} parallel), latency "
             f"{row['latency_s']:.3f} s: {row['calls']} calls in {row['wall_s']} s = "
             f"{row['calls_per_s']} calls/s, {row['cpu_ms_per_call']} ms CPU per call{share}, "
             f"peak {row['peak_rss_mb']} MB",

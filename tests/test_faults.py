@@ -237,7 +237,9 @@ def fault_args(tmp_path: Path, server: FakeOpenAIServer, out: str, **endpoint) -
         ("empty_choices", 'a completion with no choices: \'{"id": "fake-1"'),
     ],
 )
-def test_a_body_that_is_not_a_completion_is_retried_then_one_line(tmp_path, capsys, fault, needle):
+def test_a_body_that_is_not_a_completion_is_retried_then_one_line(
+    tmp_path, capsys, fault, needle, transport
+):
     with FakeOpenAIServer(reply=valid, failures=[fault] * 3) as server:
         args = fault_args(tmp_path, server, "run", max_retries=2)
         assert main(args) == 2
@@ -248,7 +250,7 @@ def test_a_body_that_is_not_a_completion_is_retried_then_one_line(tmp_path, caps
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
-def test_an_answer_broken_off_mid_body_is_not_called_unreachable(tmp_path, capsys):
+def test_an_answer_broken_off_mid_body_is_not_called_unreachable(tmp_path, capsys, transport):
     """HTTP 200 with half the announced body, then a closed connection: the server was reached."""
     with FakeOpenAIServer(reply=valid, failures=["short"] * 3) as server:
         args = fault_args(tmp_path, server, "run", max_retries=2)
@@ -260,7 +262,7 @@ def test_an_answer_broken_off_mid_body_is_not_called_unreachable(tmp_path, capsy
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
-def test_transient_faults_are_retried_and_the_run_is_the_clean_run(tmp_path):
+def test_transient_faults_are_retried_and_the_run_is_the_clean_run(tmp_path, transport):
     with FakeOpenAIServer(reply=valid) as server:
         assert main(fault_args(tmp_path, server, "clean")) == 0
     clean = json.loads((tmp_path / "clean" / "metrics.json").read_text())
@@ -276,7 +278,7 @@ def test_transient_faults_are_retried_and_the_run_is_the_clean_run(tmp_path):
         assert faulty[key] == clean[key], key
 
 
-def test_a_rejected_key_is_one_line(tmp_path, capsys):
+def test_a_rejected_key_is_one_line(tmp_path, capsys, transport):
     with FakeOpenAIServer(reply=valid, failures=[401]) as server:
         assert main(fault_args(tmp_path, server, "run")) == 2
     err = error_lines(capsys.readouterr().err)

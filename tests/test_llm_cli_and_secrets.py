@@ -118,3 +118,16 @@ def test_impossible_date_in_yaml_is_one_line(tmp_path, capsys):
     assert main(["llm", "check", "--endpoint", str(ep)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(ep) in err[0] and "unknown key 'when'" in err[0]
+
+
+def test_the_plain_path_is_for_plain_http_without_a_proxy(monkeypatch):
+    from memloop.llm.plain_http import usable
+
+    for key in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    assert usable("http://127.0.0.1:8000/v1")
+    assert not usable("https://api.openai.com/v1")  # TLS, certificates: the SDK
+    monkeypatch.setenv("http_proxy", "http://proxy:3128")
+    assert not usable("http://10.0.0.5:8000/v1")  # a proxy the SDK would honour
+    monkeypatch.setenv("no_proxy", "10.0.0.5")
+    assert usable("http://10.0.0.5:8000/v1")

@@ -18,6 +18,12 @@ MSGS = [{"role": "user", "content": "hi"}]
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
 
+@pytest.fixture(autouse=True)
+def both_transports(transport):
+    """Every test here runs on both request paths (see conftest.transport)."""
+    return transport
+
+
 @pytest.fixture
 def fake():
     with FakeOpenAIServer() as server:
@@ -319,3 +325,9 @@ def test_extra_body_is_sent_and_null_temperature_and_max_tokens_are_not(fake, tm
     # the run identity holds extra_body only when it is set (earlier runs keep their keys)
     assert reasoning.result_settings()["extra_body"] == body
     assert "extra_body" not in Endpoint().result_settings()
+
+
+def test_each_path_is_the_one_taken(fake, tmp_path, transport):
+    client = make_client(fake, tmp_path)
+    client.chat(MSGS, component="agent")
+    assert (client._connection.plain is not None) == (transport == "plain-http")

@@ -864,3 +864,61 @@ def evolve_input(prompts, summary):
     from memloop.optimize.contract import EvolveInput
 
     return EvolveInput(prompts=prompts, summary=FeedbackSummary.from_data(summary))
+
+
+@pytest.mark.parametrize("objective", ["state_accuracy", "memory_score"])
+def test_evolve_prints_the_objective_its_selection_and_the_compare_command(
+    tmp_path, capsys, objective
+):
+    from memloop.core.tables import format_number
+    from memloop.optimize.report import print_outcomes
+
+    with FakeOpenAIServer(reply=fake_reply) as fake:
+        config, (outcome,) = run(tmp_path, fake, objective=objective)
+    capsys.readouterr()
+    print_outcomes(config, [outcome])
+    out = capsys.readouterr().out
+    label = objective.replace("_", " ")
+    assert f"{label} (the objective) per split" in out
+    selected = outcome.cycles[outcome.selection.cycle]
+    val = selected.score("val", objective)
+    row = next(line for line in out.splitlines() if line.startswith("complete") and "*" in line)
+    cells = row.split()
+    assert cells[3:6] == [
+        format_number(selected.score(s, objective)) for s in ("train", "val", "test")
+    ]
+    assert (
+        f"complete/reflective: cycle {outcome.selection.cycle} selected "
+        f"(best val_{objective} = {val:.3f})" in out
+    )
+    assert f"memloop compare --experiment unit --tracking-uri {config.tracking_uri}" in out
+
+
+def test_a_selection_without_a_validation_value_says_so(tmp_path, capsys):
+    from memloop.optimize.cycles import Selection
+    from memloop.optimize.report import _selection_line
+
+    class Outcome:
+        selection = Selection(cycle=3, rule="last cycle (no validation score)")
+
+    line = _selection_line(Outcome())
+    assert line.startswith("cycle 3 stands for the run: no validation memory score was defined")
+
+
+def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):
+    from memloop.optimize.contract import EvolveStep
+    from memloop.optimize.report import _unchanged_lines
+    from memloop.optimize.store import CycleStore
+
+    store = CycleStore(tmp_path)
+    store.cycle_dir(1).mkdir(parents=True)
+    store.save_step(1, EvolveStep(prompts={"writer": "w"}, errors={"writer": "no JSON\nreply"}))
+
+    class Record:
+        cycle = 1
+
+    class Outcome:
+        run_dir = tmp_path
+        cycles = [Record()]
+
+    assert _unchanged_lines(Outcome()) == ["cycle 1: writer unchanged: no JSON reply"]

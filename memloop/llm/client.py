@@ -25,11 +25,13 @@ import openai
 from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.settings import cache_root
+from memloop.llm import plain_http
 from memloop.llm.cache import ResponseCache, cache_key
 from memloop.llm.embedded_server import ServerSettings, shared_server
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.errors import EndpointUnreachable
 from memloop.llm.model_files import resolve_packaged_model
+from memloop.llm.plain_http import PlainHTTP
 from memloop.llm.usage import UsageTracker
 
 
@@ -119,6 +121,7 @@ class _Connection:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.clients: list[openai.OpenAI] = []
+        self.plain: PlainHTTP | None = None  # plain-HTTP endpoints: the standard library's
         self.local = threading.local()
         self.turn = 0
 
@@ -249,6 +252,14 @@ class ChatClient:
                     )
                     for _ in range(pools)
                 ]
+                base_url = self.resolved_base_url()
+                if plain_http.usable(base_url):
+                    connection.plain = PlainHTTP(
+                        base_url,
+                        self.endpoint.api_key(),
+                        self.endpoint.timeout_s,
+                        sdk=connection.clients[0],
+                    )
         client = connection.pick()
         assert client is not None
         return client
@@ -258,6 +269,7 @@ class ChatClient:
         connection = self._connection
         with connection.lock:
             clients, connection.clients = connection.clients, []
+            connection.plain = None
         for client in clients:
             client.close()
 
@@ -365,6 +377,7 @@ class ChatClient:
 
     def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         client = self._openai()
+        plain = self._connection.plain
         kwargs = {k: v for k, v in params.items() if v is not None}
         extra = kwargs.pop("extra_body", None) or {}
         body = {"model": self.api_model_name, "messages": messages, **kwargs, **extra}
@@ -378,13 +391,19 @@ class ChatClient:
                     self.requests_sent += 1
                 started = time.perf_counter()
                 try:
-                    resp = _interruptible(
-                        # The SDK's post, not its typed `create`: `create` walks every request
-                        # (messages, the JSON schema) against its TypedDicts and parses every
-                        # answer into models, about half of memloop's CPU per call (issue 32).
-                        # Status errors, timeouts and connection errors are the SDK's as before.
-                        lambda: client.post("/chat/completions", body=body, cast_to=httpx.Response)
-                    )
+                    if plain is not None:  # picked here: the connection is this thread's
+                        conn = plain.connection()
+                        resp = _interruptible(functools.partial(plain.post, conn, body))
+                    else:
+                        resp = _interruptible(
+                            # The SDK's post, not its typed `create`: `create` walks every
+                            # request (messages, the JSON schema) against its TypedDicts and
+                            # parses every answer into models, about half of memloop's CPU per
+                            # call (issue 32). Errors are the SDK's as before.
+                            lambda: client.post(
+                                "/chat/completions", body=body, cast_to=httpx.Response
+                            )
+                        )
                     latency = time.perf_counter() - started
                     completion = _completion(resp)
                 except RETRYABLE as exc:
