@@ -456,7 +456,7 @@ def test_an_evolve_whose_store_fails_mid_run_is_one_line_and_a_rerun_finishes(
         (outcome,) = evolve()
     mlc = tracker.client(uri, create=False)
     assert outcome.resumed == (fault == "locked")  # the same run; a deleted one is made anew
-    history = mlc.get_metric_history(outcome.run_id, "train_overall")
+    history = mlc.get_metric_history(outcome.run_id, "train/overall")
     assert [m.step for m in history] == [0, 1]
     assert mlc.get_run(outcome.run_id).info.status == "FINISHED"
 

@@ -209,7 +209,7 @@ def test_no_registered_prompt_names_a_private_value(tmp_path, capsys, search, ev
                 assert squash(value) not in squash(text), (o.mode, what, text)
         for v in versions:
             assert named(v.template, everyone, SEED_PROMPT) == [], (o.mode, v.template)
-        history = mlc.get_metric_history(o.run_id, "leaks_rejected")
+        history = mlc.get_metric_history(o.run_id, "optimizer/leaks_rejected")
         assert sum(m.value for m in history) == refused
     print_outcomes(config, outcomes)
     shown = capsys.readouterr().out

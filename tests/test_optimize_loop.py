@@ -12,7 +12,7 @@ import pytest
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
-from memloop.runs.spec import RunSpec
+from memloop.runs.spec import RunSpec, git_revision
 from memloop.testing import (
     FakeOpenAIServer,
     evolve_loop_reply,
@@ -96,11 +96,11 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
     steps = [0, 1] if search == "episode" else [0, 1, 2]
     for split in ("train", "val", "test"):
         for key in ("factual_recall", "overall", "write", "read", "utilization"):
-            history = mlc.get_metric_history(o.run_id, f"{split}_{key}")
+            history = mlc.get_metric_history(o.run_id, f"{split}/{key}")
             assert [m.step for m in history] == steps, (split, key)
             assert [m.value for m in history] == [c.score(split, key) for c in o.cycles]
         # the memory score is not logged where it is undefined (the fake's UB may equal random)
-        logged = [m.step for m in mlc.get_metric_history(o.run_id, f"{split}_memory_score")]
+        logged = [m.step for m in mlc.get_metric_history(o.run_id, f"{split}/memory_score")]
         assert logged == [c.cycle for c in o.cycles if c.score(split) is not None]
     assert not mlc.get_metric_history(o.run_id, "memory_score")  # no unprefixed names
     logged_run = mlc.get_run(o.run_id)
@@ -114,7 +114,7 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
     test_users = json.loads(logged_run.data.params["spec.users.test"])
     assert len(test_users) == 1 and set(test_users) == set(o.cycles[0].splits["test"].per_user)
     assert logged_run.data.params["spec.optimizer.search.name"] == search
-    assert mlc.get_metric_history(o.run_id, "tokens_optimizer")
+    assert mlc.get_metric_history(o.run_id, "tokens/optimizer")
     arts = {a.path for a in mlc.list_artifacts(o.run_id, "prompts")}
     assert arts == {f"prompts/cycle_{k:02d}.json" for k in steps}
     assert {a.path for a in mlc.list_artifacts(o.run_id, "cycle")} == {
@@ -125,13 +125,17 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
     versions = sorted(int(v.version) for v in mlc.search_prompt_versions(name))
     assert versions == [k + 1 for k in steps]
     assert mlc.get_prompt_version(name, 1).template == "Remember what the user says."
+    # the run is linked to every prompt version it made (MLflow's own link, shown on its page)
+    linked = json.loads(mlc.get_run(o.run_id).data.tags["mlflow.linkedPrompts"])
+    assert sorted(int(p["version"]) for p in linked if p["name"] == name) == versions
+    assert logged_run.data.tags.get("mlflow.source.git.commit") == git_revision()
     assert "update stale ones" in mlc.get_prompt_version(name, 2).template
     # the alias `best` follows the validation score (earliest on a tie), never the test score
     val = {c.cycle: c.score("val") for c in o.cycles if c.score("val") is not None}
     chosen = max(val, key=lambda k: (val[k], -k)) if val else steps[-1]
     assert o.selection.cycle == chosen
     assert int(mlc.get_prompt_version_by_alias(name, "best").version) == 1 + chosen
-    headline = mlc.get_metric_history(o.run_id, "headline_test_overall")
+    headline = mlc.get_metric_history(o.run_id, "headline/test_overall")
     assert [m.value for m in headline] == [o.cycles[chosen].score("test", "overall")]
     summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
     entry = summary["users"][0]["question_answer_history"][0]
@@ -154,7 +158,7 @@ def test_a_finished_run_extended_with_more_cycles_evolves_its_last_prompt(tmp_pa
     step = json.loads((longer.run_dir / "cycle_01" / "evolve.json").read_text())
     assert json.loads((longer.run_dir / "cycle_02" / "prompts.json").read_text()) == step["prompts"]
     mlc = mlflow_client(config)
-    assert [m.step for m in mlc.get_metric_history(longer.run_id, "train_overall")] == [0, 1, 2]
+    assert [m.step for m in mlc.get_metric_history(longer.run_id, "train/overall")] == [0, 1, 2]
     assert {a.path for a in mlc.list_artifacts(longer.run_id, "evolve")} == {
         "evolve/cycle_00.json",
         "evolve/cycle_01.json",
@@ -650,7 +654,7 @@ def test_killed_evolve_resumes_same_run_without_repeating_calls(tmp_path):
     mlc = mlflow_client(config)
     runs = mlc.search_runs([mlc.get_experiment_by_name("unit").experiment_id])
     assert len(runs) == 1 and runs[0].info.run_id == o.run_id
-    assert [m.step for m in mlc.get_metric_history(o.run_id, "train_overall")] == [0, 1, 2]
+    assert [m.step for m in mlc.get_metric_history(o.run_id, "train/overall")] == [0, 1, 2]
     assert 0 < before < reference
     # at most the calls in flight at the kill are sent twice
     assert total <= reference + 2

@@ -72,9 +72,9 @@ def test_gepa_two_cycles(workspace, local_client):
     mlc = tracker.client(config["tracking_uri"])
     (run,) = mlc.search_runs([mlc.get_experiment_by_name("real-gepa").experiment_id])
     for split in ("train", "val"):
-        steps = [m.step for m in mlc.get_metric_history(run.info.run_id, f"{split}_overall")]
+        steps = [m.step for m in mlc.get_metric_history(run.info.run_id, f"{split}/overall")]
         assert steps[:2] == [0, 1], split
-    assert "gepa_val_score" in run.data.metrics
+    assert "optimizer/gepa_val_score" in run.data.metrics
     assert run.data.tags["memloop.search"] == "gepa"
     # GEPA's reflection ran through the optimizer contract. Its proposal either became a new
     # candidate, screened by replaying the training user's recorded conversation (its minibatch
@@ -150,9 +150,9 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
         if r.data.tags.get("memloop.kind") == "tune_trial"
     ]
     assert len({r.data.tags.get("mlflow.parentRunId") for r in children}) == 1
-    assert all("val_state_accuracy" in r.data.metrics for r in children)
-    assert "val_state_accuracy" in parent_metrics(mlc, exp)
-    assert "test_overall" in parent_metrics(mlc, exp)
+    assert all("val/state_accuracy" in r.data.metrics for r in children)
+    assert "val/state_accuracy" in parent_metrics(mlc, exp)
+    assert "test/overall" in parent_metrics(mlc, exp)
 
 
 def parent_metrics(mlc, exp) -> dict:

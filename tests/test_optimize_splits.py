@@ -157,7 +157,7 @@ def test_a_registered_search_runs_through_the_same_context(tmp_path):
     from memloop.runs import tracker
 
     mlc = tracker.client(config.tracking_uri)
-    assert len(mlc.get_metric_history(o.run_id, "test_overall")) == 2
+    assert len(mlc.get_metric_history(o.run_id, "test/overall")) == 2
     # a search named by module path works without registering
     with pytest.raises(Exception, match="unknown search"):
         registry.build_search("no-such-search")
@@ -351,7 +351,7 @@ def test_the_budget_report_reaches_the_cycle_record_and_mlflow(tmp_path):
     summary = FeedbackSummary.load((o.run_dir / "cycle_00" / "summary.json").read_text())
     assert len(summary.render()) == report.chars <= 900 and summary.report == report
     mlc = tracker.client(config.tracking_uri)
-    logged = mlc.get_metric_history(o.run_id, "feedback_omitted_questions")
+    logged = mlc.get_metric_history(o.run_id, "optimizer/feedback_omitted_questions")
     assert logged[0].value == len(report.omitted)
 
 

@@ -99,12 +99,12 @@ def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
     exp = mlc.get_experiment_by_name("unit-tune")
     runs = mlc.search_runs([exp.experiment_id])
     (parent,) = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
-    assert parent.data.metrics["test_overall"] == pytest.approx(second.test["overall"])
+    assert parent.data.metrics["test/overall"] == pytest.approx(second.test["overall"])
     assert len(parent.data.params["spec.catalogue_sha256"]) == 64
     assert parent.data.params["spec.scorer_version"] == SCORER_VERSION == "3"
     assert json.loads(parent.data.params["spec.optimizer.grid.top_k"]) == config.top_k
     trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune_trial"]
-    assert len(trials) == 4 and all("val_overall" in r.data.metrics for r in trials)
+    assert len(trials) == 4 and all("val/overall" in r.data.metrics for r in trials)
     # each trial's params are its spec: the study's, with the trial's setting in the policy
     for r in trials:
         t = int(r.data.tags["memloop.trial"])

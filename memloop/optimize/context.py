@@ -361,7 +361,7 @@ class RunContext:
     def log_selection(
         self, mlc: Any, run_id: str, outcome: RunOutcome, versions: dict[int, int | None]
     ) -> None:
-        """The selected cycle: alias `best`, and `selected_cycle` / `headline_*` metrics."""
+        """The selected cycle: alias `best`, and `selection/cycle` / `headline/*` metrics."""
         chosen = outcome.selection
         if chosen is None:
             return
@@ -370,10 +370,10 @@ class RunContext:
             tracker.set_best(mlc, self.prompt_registry_name, version)
         record = outcome.cycles[chosen.cycle]
         step = len(outcome.cycles) - 1
-        metrics: dict[str, float | None] = {"selected_cycle": float(chosen.cycle)}
+        metrics: dict[str, float | None] = {"selection/cycle": float(chosen.cycle)}
         if "test" in record.splits:
             metrics.update(
-                {f"headline_test_{m}": record.score("test", m) for m in (*CYCLE_METRICS, "users")}
+                {f"headline/test_{m}": record.score("test", m) for m in (*CYCLE_METRICS, "users")}
             )
         tracker.log_metrics(mlc, run_id, metrics, step=step)
         mlc.set_tag(run_id, "memloop.selection", f"cycle {chosen.cycle}: {chosen.rule}")

@@ -105,17 +105,20 @@ class CycleRecord(BaseModel):
         return cls.model_validate(data)
 
     def metrics(self) -> dict[str, float | None]:
-        """MLflow metrics: `<split>_<metric>` per split and metric, tokens and extras."""
+        """MLflow metrics: `<split>/<metric>` per split and metric, `tokens/<component>`, extras.
+
+        The slash makes MLflow's UI group the charts by split.
+        """
         out: dict[str, float | None] = {}
         for split, result in self.splits.items():
             for name in CYCLE_METRICS:
                 value = getattr(result, name)
-                out[f"{split}_{name}"] = None if value is None else float(value)
-        out.update({f"tokens_{c}": float(v) for c, v in self.tokens.items()})
-        out.update(self.extra)
-        out["leaks_rejected"] = float(self.leaks_rejected)
+                out[f"{split}/{name}"] = None if value is None else float(value)
+        out.update({f"tokens/{c}": float(v) for c, v in self.tokens.items()})
+        out.update({f"optimizer/{k}": v for k, v in self.extra.items()})
+        out["optimizer/leaks_rejected"] = float(self.leaks_rejected)
         if self.feedback is not None:
-            out["feedback_omitted_questions"] = float(len(self.feedback.omitted))
+            out["optimizer/feedback_omitted_questions"] = float(len(self.feedback.omitted))
         return out
 
     def score(self, split: str, metric: str = "memory_score") -> float | None:

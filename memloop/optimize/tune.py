@@ -405,16 +405,16 @@ class Tuner:
             mlc,
             run_id,
             {
-                **{f"val_{k}": m[k] for k in TRIAL_METRICS},
-                **{f"val_{k}": v for k, v in m["diagnosis"].items()},
-                "val_tokens_per_user": tokens,
-                **{f"tokens_{c}": float(v) for c, v in m["usage"].items()},
-                "seconds": time.perf_counter() - started,
+                **{f"val/{k}": m[k] for k in TRIAL_METRICS},
+                **{f"val/{k}": v for k, v in m["diagnosis"].items()},
+                "val/tokens_per_user": tokens,
+                **{f"tokens/{c}": float(v) for c, v in m["usage"].items()},
+                "time/seconds": time.perf_counter() - started,
             },
             step=0,
         )
         tracker.finish_run(mlc, run_id)
-        tracker.log_metrics(mlc, parent_id, {f"val_{objective}": score}, step=trial.number)
+        tracker.log_metrics(mlc, parent_id, {f"val/{objective}": score}, step=trial.number)
         self.added += 1
         return (score, tokens) if config.minimize_tokens else score
 
@@ -433,9 +433,9 @@ class Tuner:
             mlc,
             parent_id,
             {
-                **{f"test_{k}": m[k] for k in TRIAL_METRICS},
-                **{f"test_{k}": v for k, v in m["diagnosis"].items()},
-                "test_trial": float(best["number"]),
+                **{f"test/{k}": m[k] for k in TRIAL_METRICS},
+                **{f"test/{k}": v for k, v in m["diagnosis"].items()},
+                "test/trial": float(best["number"]),
             },
             step=best["number"],
         )

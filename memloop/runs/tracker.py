@@ -782,7 +782,7 @@ def register_prompt(
     score: float | None,
     objective: str = "memory_score",
 ) -> int:
-    """The registry version for this (run, cycle), created once."""
+    """The registry version for this (run, cycle), created once and linked to the run."""
     mlflow = _mlflow()
     with _lock, store_errors(_uri(mlc)):
         existing = _versions(mlc, name)
@@ -799,6 +799,8 @@ def register_prompt(
         version = mlflow.genai.register_prompt(
             name=name, template=render_prompts(prompts), commit_message=f"cycle {cycle}", tags=tags
         )
+        # the run's page lists the prompt versions it made, and each version its run
+        mlc.link_prompt_version_to_run(run_id, version)
         return int(version.version)
 
 
