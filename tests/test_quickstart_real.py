@@ -88,12 +88,12 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
         assert run.info.status == "FINISHED"
         assert run.data.tags["memloop.objective"] == "state_accuracy"
         # the cycle with the best validation state accuracy (the earliest on a tie)
-        val = [m.value for m in mlc.get_metric_history(rid, "val_state_accuracy")]
+        val = [m.value for m in mlc.get_metric_history(rid, "val/state_accuracy")]
         chosen = max(range(len(val)), key=lambda k: (val[k], -k))
         assert run.data.tags["memloop.selection"] == f"cycle {chosen}: best val_state_accuracy"
         for split in ("train", "val", "test"):
             for key in ("state_accuracy", "overall"):
-                steps = [m.step for m in mlc.get_metric_history(rid, f"{split}_{key}")]
+                steps = [m.step for m in mlc.get_metric_history(rid, f"{split}/{key}")]
                 assert steps == [0, 1], (split, key)
         assert run.data.params["spec.scorer_version"] == "3"
         assert len(json.loads(run.data.params["spec.users.test"])) == 1
