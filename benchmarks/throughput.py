@@ -56,6 +56,9 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
     """Run one configuration in this process; its numbers."""
     started = time.perf_counter()
     cpu_started = time.process_time()
+    from memloop.core.settings import program_gc
+
+    program_gc()  # as the `memloop` program does
     from memloop.environment.procedural import generate_procedural
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
@@ -144,6 +147,9 @@ def one_evolve(users: int, latency: float) -> dict:
     fake endpoint, MLflow on a sqlite store; the same numbers as `one`."""
     started = time.perf_counter()
     cpu_started = time.process_time()
+    from memloop.core.settings import program_gc
+
+    program_gc()  # as the `memloop` program does
     import yaml
 
     from memloop.llm.client import ChatClient

@@ -134,3 +134,23 @@ def test_format_table_aligns_columns():
     ]
     with pytest.raises(ValueError, match="row 0 has 2 cells, expected 3"):
         format_table(["a", "b", "c"], [[1, 2]])
+
+
+def test_the_program_sets_its_gc_thresholds_and_an_import_does_not():
+    import gc
+    import subprocess
+    import sys
+
+    from memloop.core.settings import PROGRAM_GC_THRESHOLDS, program_gc
+
+    probe = (
+        "import gc, memloop.experiments.cli, memloop.feedback.evaluate; print(gc.get_threshold())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(700, 10, 10)"  # a library user keeps Python's defaults
+    before = gc.get_threshold()
+    try:
+        program_gc()
+        assert gc.get_threshold() == PROGRAM_GC_THRESHOLDS == (50_000, 20, 100)
+    finally:
+        gc.set_threshold(*before)
