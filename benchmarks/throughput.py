@@ -33,7 +33,7 @@ RESULTS = Path(__file__).parent / "results" / "throughput.json"
 MAX_PARALLEL = 256  # the endpoint's largest max_concurrency
 DEFAULT = [
     *("16:0", "64:0", "256:0", "16:0.125", "64:0.125", "256:0.125", "1000:0"),
-    *("evolve:64:0", "evolve:64:0.125"),
+    *("evolve:16:0", "evolve:64:0", "evolve:256:0", "evolve:16:0.125", "evolve:64:0.125"),
 ]
 
 
