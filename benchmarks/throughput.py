@@ -20,6 +20,7 @@ call. Writes benchmarks/results/throughput.json with the commit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import subprocess
@@ -52,6 +53,43 @@ def count_calls_per_thread(chat_client_class) -> Counter:
     return counts
 
 
+@contextlib.contextmanager
+def fake_endpoint(latency: float, reply, parallel: int):
+    """(client, calls per thread) on the fake endpoint served from its own process."""
+    from memloop.llm.client import ChatClient
+    from memloop.llm.endpoint import Endpoint
+    from memloop.testing.fake_server import serve_in_subprocess
+
+    server, base_url = serve_in_subprocess(latency_s=latency, reply=reply)
+    try:
+        endpoint = Endpoint(
+            model="fake", base_url=base_url, max_concurrency=parallel, timeout_s=600, max_retries=0
+        )
+        yield ChatClient(endpoint, cache=None), count_calls_per_thread(ChatClient)
+    finally:
+        server.terminate()
+
+
+def measured(
+    users: int, parallel: int, latency: float, calls: int, run: tuple[float, float, float, float]
+) -> dict:
+    """The numbers every configuration reports; `run` = (start-up wall, start-up CPU, wall, CPU)."""
+    startup_wall, startup_cpu, wall, cpu = run
+    return {
+        "users": users,
+        "parallel": parallel,
+        "latency_s": latency,
+        "calls": calls,
+        "wall_s": round(wall, 2),
+        "calls_per_s": round(calls / wall, 1),
+        "cpu_s": round(cpu, 2),
+        "cpu_ms_per_call": round(1000 * cpu / calls, 2),
+        "startup_s": round(startup_wall, 2),
+        "startup_cpu_s": round(startup_cpu, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
 def one(users: int, latency: float, parallel: int | None = None) -> dict:
     """Run one configuration in this process; its numbers."""
     started = time.perf_counter()
@@ -62,22 +100,14 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
     from memloop.environment.procedural import generate_procedural
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
-    from memloop.llm.client import ChatClient
-    from memloop.llm.endpoint import Endpoint
     from memloop.llm.roles import RoleClients
     from memloop.policies import build_policy
     from memloop.policies.config import AWIConfig
-    from memloop.testing.fake_server import schema_valid_reply, serve_in_subprocess
+    from memloop.testing.fake_server import schema_valid_reply
 
-    server, base_url = serve_in_subprocess(latency_s=latency, reply=schema_valid_reply)
-    try:
+    parallel = min(users, MAX_PARALLEL) if parallel is None else parallel
+    with fake_endpoint(latency, schema_valid_reply, parallel) as (client, per_thread):
         items = generate_procedural(users=users, periods=2, questions=2, seed=0)
-        parallel = min(users, MAX_PARALLEL) if parallel is None else parallel
-        endpoint = Endpoint(
-            model="fake", base_url=base_url, max_concurrency=parallel, timeout_s=600, max_retries=0
-        )
-        client = ChatClient(endpoint, cache=None)
-        per_thread = count_calls_per_thread(ChatClient)
         config = AWIConfig()
         startup_wall = time.perf_counter() - started
         startup_cpu = time.process_time() - cpu_started
@@ -93,8 +123,6 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
                 progress=False,
             )
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    finally:
-        server.terminate()
     calls = result.new_requests
     bound = parallel / latency if latency > 0 else None
     # A user's calls are sequential, and a worker thread runs its users one after another: the
@@ -102,14 +130,7 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
     longest = max(per_thread.values())
     chain_bound = calls / (longest * latency) if latency > 0 else None
     return {
-        "users": users,
-        "parallel": parallel,
-        "latency_s": latency,
-        "calls": calls,
-        "wall_s": round(wall, 2),
-        "calls_per_s": round(calls / wall, 1),
-        "cpu_s": round(cpu, 2),
-        "cpu_ms_per_call": round(1000 * cpu / calls, 2),
+        **measured(users, parallel, latency, calls, (startup_wall, startup_cpu, wall, cpu)),
         "endpoint_bound_calls_per_s": None if bound is None else round(bound, 1),
         "share_of_bound": None if bound is None else round(calls / wall / bound, 3),
         "busiest_thread_calls": longest,
@@ -117,9 +138,6 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
         "share_of_chain_bound": None
         if chain_bound is None
         else round(calls / wall / chain_bound, 3),
-        "startup_s": round(startup_wall, 2),
-        "startup_cpu_s": round(startup_cpu, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
 
@@ -152,22 +170,13 @@ def one_evolve(users: int, latency: float) -> dict:
     program_gc()  # as the `memloop` program does
     import yaml
 
-    from memloop.llm.client import ChatClient
-    from memloop.llm.endpoint import Endpoint
     from memloop.llm.roles import RoleClients
     from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
     from memloop.testing import evolve_loop_reply
-    from memloop.testing.fake_server import serve_in_subprocess
 
-    server, base_url = serve_in_subprocess(latency_s=latency, reply=evolve_loop_reply)
-    try:
-        parallel = min(users, MAX_PARALLEL)
-        endpoint = Endpoint(
-            model="fake", base_url=base_url, max_concurrency=parallel, timeout_s=600, max_retries=0
-        )
-        client = ChatClient(endpoint, cache=None)
-        per_thread = count_calls_per_thread(ChatClient)
+    parallel = min(users, MAX_PARALLEL)
+    with fake_endpoint(latency, evolve_loop_reply, parallel) as (client, per_thread):
         with tempfile.TemporaryDirectory() as root:
             (Path(root) / "awi.yaml").write_text("type: awi\n")
             train, val = users // 2, users // 4
@@ -201,23 +210,11 @@ def one_evolve(users: int, latency: float) -> dict:
             )
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             screened = len(list((outcome.run_dir / "cycle_00" / "screen").iterdir()))
-    finally:
-        server.terminate()
     calls = sum(per_thread.values())
     return {
         "kind": "evolve",
-        "users": users,
-        "parallel": parallel,
-        "latency_s": latency,
-        "calls": calls,
+        **measured(users, parallel, latency, calls, (startup_wall, startup_cpu, wall, cpu)),
         "prompts_screened": screened,
-        "wall_s": round(wall, 2),
-        "calls_per_s": round(calls / wall, 1),
-        "cpu_s": round(cpu, 2),
-        "cpu_ms_per_call": round(1000 * cpu / calls, 2),
-        "startup_s": round(startup_wall, 2),
-        "startup_cpu_s": round(startup_cpu, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
 

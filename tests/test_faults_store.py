@@ -522,11 +522,9 @@ def test_a_database_url_without_its_driver_is_one_line(monkeypatch):
 
 def test_an_mlflow_server_that_is_not_running_is_one_line():
     """Refused by memloop's own probe, before MLflow's client retries it for minutes."""
-    import socket
+    from memloop.testing.servers import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     uri = f"http://127.0.0.1:{port}"
     with pytest.raises(UserError) as caught:
         tracker.client(uri)

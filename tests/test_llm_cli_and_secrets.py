@@ -4,7 +4,6 @@ in a file the run writes."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +24,9 @@ def write_endpoint(path: Path, **fields) -> Path:
 
 
 def test_unreachable_base_url_is_one_line_exit_2(tmp_path, capsys):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    from memloop.testing.servers import free_port
+
+    port = free_port()  # closed again: nothing listens there
     ep = write_endpoint(
         tmp_path / "ep.yaml", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1
     )

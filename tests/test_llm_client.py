@@ -185,12 +185,9 @@ def test_timeout_is_retried(tmp_path):
 
 
 def test_refused_connection_is_retried_then_named(tmp_path):
-    import socket
+    from memloop.testing.servers import free_port
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()  # closed again: nothing listens there
     endpoint = Endpoint(model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2)
     client = ChatClient(endpoint, cache=tmp_path / "c.sqlite", backoff_base_s=0.01)
     with pytest.raises(EndpointUnreachable, match=f"127.0.0.1:{port}"):

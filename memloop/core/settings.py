@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+"""The MLflow store every command uses unless told otherwise (relative to the working folder)."""
+
 
 def cache_root() -> Path:
     """The user cache folder of memloop (model files, response cache).

@@ -15,6 +15,21 @@ from memloop.core.errors import INTERRUPTED_EXIT, exit_on_user_error
 from memloop.core.settings import apply_offline_defaults, quiet_third_party_warnings
 
 
+class _Version(argparse.Action):
+    """`--version`: the package version and the checkout's commit.
+
+    The commit is looked up only when asked: a `git` call at every command's start is wasted.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from memloop import __version__
+        from memloop.runs.spec import git_revision
+
+        commit = git_revision()
+        print(f"memloop {__version__}" + (f" (commit {commit[:12]})" if commit else ""))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from memloop.experiments.commands import (
         env_cmd,
@@ -31,15 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memloop",
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
     )
-    from memloop import __version__
-    from memloop.runs.spec import git_revision
-
-    commit = git_revision()
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"memloop {__version__}" + (f" (commit {commit[:12]})" if commit else ""),
-    )
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
     modules = (
         quickstart_cmd,

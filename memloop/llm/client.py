@@ -236,13 +236,16 @@ class ChatClient:
             return client
         with connection.lock:
             if not connection.clients:
-                pools = -(-self.endpoint.max_concurrency // CONNECTIONS_PER_POOL)
+                base_url = self.resolved_base_url()
+                plain = plain_http.usable(base_url)
+                # on the plain path the SDK client only builds status errors: one is enough
+                pools = 1 if plain else -(-self.endpoint.max_concurrency // CONNECTIONS_PER_POOL)
                 size = self.endpoint.max_concurrency + 4  # the gate bounds the sum, not a pool
                 limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
                 ssl_context = httpx.create_ssl_context()
                 connection.clients = [
                     openai.OpenAI(
-                        base_url=self.resolved_base_url(),
+                        base_url=base_url,
                         api_key=self.endpoint.api_key(),
                         timeout=self.endpoint.timeout_s,
                         max_retries=0,  # retries are ours: one policy for every endpoint
@@ -252,8 +255,7 @@ class ChatClient:
                     )
                     for _ in range(pools)
                 ]
-                base_url = self.resolved_base_url()
-                if plain_http.usable(base_url):
+                if plain:
                     connection.plain = PlainHTTP(
                         base_url,
                         self.endpoint.api_key(),
@@ -493,13 +495,12 @@ def _completion(response: httpx.Response) -> dict[str, Any]:
     except ValueError:  # HTML, cut JSON, ...
         parsed = None
     choices = parsed.get("choices") if isinstance(parsed, dict) else None
-    if not isinstance(choices, list) or (choices and not isinstance(choices[0], dict)):
-        received = " ".join(text.split())[:80]
-        raise NotACompletion(f"a body that is not a chat completion: {received!r}")
-    if not choices:
-        received = " ".join(text.split())[:80]
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return parsed
+    received = " ".join(text.split())[:80]
+    if choices == []:
         raise NotACompletion(f"a completion with no choices: {received!r}")
-    return parsed
+    raise NotACompletion(f"a body that is not a chat completion: {received!r}")
 
 
 def _interruptible(call: Callable[[], Any]) -> Any:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from memloop.core.config import load_yaml_model
 from memloop.core.errors import UserError
 from memloop.core.files import safe_name
+from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.feedback.objective import DEFAULT_MODE, Mode, Objective
 
 SPLITS = ("train", "val", "test")
@@ -149,7 +150,7 @@ class EvolveConfig(_Strict):
     )
     parallel_users: StrictInt = Field(2, ge=1, le=1024)
     seed: StrictInt = 0
-    tracking_uri: str = "sqlite:///mlruns/mlflow.db"
+    tracking_uri: str = DEFAULT_TRACKING_URI
     out_dir: str | None = Field(None, description="run folders (default: runs/evolve/<experiment>)")
     source: str | None = Field(None, exclude=True)
 
@@ -244,7 +245,7 @@ class TuneConfig(_Strict):
     endpoints: Endpoints = Field(default_factory=Endpoints)
     parallel_users: StrictInt = Field(2, ge=1, le=1024)
     seed: StrictInt = 0
-    tracking_uri: str = "sqlite:///mlruns/mlflow.db"
+    tracking_uri: str = DEFAULT_TRACKING_URI
     storage: str = "sqlite:///mlruns/optuna.db"
     out_dir: str | None = None
     source: str | None = Field(None, exclude=True)

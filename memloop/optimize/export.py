@@ -27,6 +27,7 @@ from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, atomic_write_text
+from memloop.feedback.objective import LEGACY_OBJECTIVE
 from memloop.optimize.cycles import CycleRecord, select_cycle
 
 FORMATS = ("text", "mem0", "dspy")
@@ -65,13 +66,13 @@ def _pick(records: list[CycleRecord], objective: str | None, cycle: int | None, 
         if cycle not in known:
             raise UserError(f"--cycle {cycle}: {run} has finished cycles {known[0]}-{known[-1]}")
         return cycle, f"--cycle {cycle}"
-    selection = select_cycle(records, objective or "memory_score")
+    selection = select_cycle(records, objective or LEGACY_OBJECTIVE)
     assert selection is not None  # records is not empty
     return selection.cycle, selection.rule
 
 
 def _scores(record: CycleRecord, objective: str | None) -> tuple[float | None, float | None]:
-    metric = objective or "memory_score"
+    metric = objective or LEGACY_OBJECTIVE
     return record.score("val", metric), record.score("test", metric)
 
 
@@ -169,7 +170,7 @@ def _header(exported: Exported) -> list[str]:
     def num(x: float | None) -> str:
         return "undefined" if x is None else f"{x:.3f}"
 
-    metric = exported.objective or "memory_score"
+    metric = exported.objective or LEGACY_OBJECTIVE
     return [
         f"# memloop export of run {exported.run}"
         + (f" (MLflow run {exported.run_id})" if exported.run_id else ""),

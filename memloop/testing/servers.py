@@ -25,6 +25,7 @@ POSTGRES_HINT = "needs PostgreSQL's server programs: apt-get install postgresql 
 
 
 def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

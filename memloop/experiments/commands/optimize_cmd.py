@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from memloop.core.settings import DEFAULT_TRACKING_URI
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
@@ -69,7 +71,7 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     )
     cmp.add_argument(
         "--tracking-uri",
-        default="sqlite:///mlruns/mlflow.db",
+        default=DEFAULT_TRACKING_URI,
         help="the MLflow store evolve logged to (default: %(default)s); it is only read: a "
         "store that does not exist is refused, never created",
     )
@@ -104,13 +106,13 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--out", required=True, metavar="FILE", help="the file to write")
     ex.add_argument(
         "--tracking-uri",
-        default="sqlite:///mlruns/mlflow.db",
+        default=DEFAULT_TRACKING_URI,
         help="where to look for RUN when it is no folder (default: %(default)s); only read",
     )
     ex.set_defaults(func=run_export_cmd)
 
     ui = sub.add_parser("ui", help="open the MLflow UI on 127.0.0.1 (works offline)")
-    ui.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db")
+    ui.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
     ui.add_argument("--port", type=int, default=5000, help="default: %(default)s")
     ui.add_argument(
         "--workers",
@@ -204,17 +206,19 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1 (got {args.workers})")
     check_port_free(args.port)
-    check_store(args.tracking_uri)
     page = ""
     if args.experiment:
         from memloop.runs import tracker
 
+        # the client checks the store as check_store does
         exp = tracker.client(args.tracking_uri, create=False).get_experiment_by_name(
             args.experiment
         )
         if exp is None:
             raise UserError(f"--experiment {args.experiment}: no such experiment in the store")
         page = f"/#/experiments/{exp.experiment_id}/runs"
+    else:
+        check_store(args.tracking_uri)
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
     cmd = [
         sys.executable,

@@ -11,6 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
+from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.core.tables import format_number, format_table
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="one endpoint for every role (default: the embedded model)",
     )
     q.add_argument("--cycles", type=int, help="override the number of cycles")
-    q.add_argument("--tracking-uri", help="MLflow store (default: sqlite:///mlruns/mlflow.db)")
+    q.add_argument("--tracking-uri", help=f"MLflow store (default: {DEFAULT_TRACKING_URI})")
     q.add_argument(
         "--out",
         metavar="DIR",
