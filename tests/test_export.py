@@ -216,3 +216,64 @@ def test_an_exported_mem0_config_extracts_with_the_evolved_prompt(local_client, 
     assert sent[0][0]["content"] == config["custom_fact_extraction_prompt"]  # the evolved prompt
     stored = memory.get_all(user_id="u1")["results"]
     assert stored, "the extraction stored no memory"
+
+
+def test_an_exported_prompt_starts_an_eval_on_new_users(evolved, tmp_path):
+    """export -> `prompts_from:` file -> `memloop eval` of the real AWI policy on other users: its
+    memory writes are requested with the exported prompt."""
+    from memloop.environment.datafile import save_items
+    from memloop.environment.procedural import generate_procedural
+    from memloop.experiments.cli import main
+    from memloop.testing import schema_valid_reply
+
+    _, outcome = evolved
+    k = outcome.selection.cycle
+    writer = CycleStore(outcome.run_dir).saved_prompts(k)["writer"]
+    from memloop.policies.programs import AWI_WRITER_INSTRUCTIONS
+
+    assert writer.strip() != AWI_WRITER_INSTRUCTIONS.strip()  # an evolved prompt, not AWI's own
+    assert main(["export", str(outcome.run_dir), "--out", str(tmp_path / "evolved.txt")]) == 0
+    (tmp_path / "policy.yaml").write_text("type: awi\nprompts_from: evolved.txt\n")
+    env = tmp_path / "new-users.json"
+    save_items(generate_procedural(users=2, periods=1, questions=1, seed=11), env)
+    with FakeOpenAIServer(reply=schema_valid_reply) as fake:
+        (tmp_path / "fake.yaml").write_text(f"model: other-model\nbase_url: {fake.base_url}\n")
+        argv = ["eval", "--env", str(env), "--endpoint", str(tmp_path / "fake.yaml")]
+        argv += ["--policy", str(tmp_path / "policy.yaml"), "--out", str(tmp_path / "run")]
+        assert main([*argv, "--cache", str(tmp_path / "c.db")]) == 0
+        systems = [r["messages"][0]["content"] for r in fake.requests]
+    assert sum(writer.strip() in s for s in systems) >= 2  # one write per user at least
+    spec = json.loads((tmp_path / "run" / "spec.json").read_text())
+    assert spec["spec"]["policy"]["prompts"] == {"writer": writer.rstrip("\n")}
+
+
+def test_a_registry_version_seeds_a_new_evolve(evolved, tmp_path):
+    """`prompts_from: prompts:/NAME/VERSION` in an evolve's policy: its cycle 0 holds the prompts
+    of that version (the first run's cycle 2, evolved from its cycle 0)."""
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.runs import tracker
+
+    config, outcome = evolved
+    store = CycleStore(outcome.run_dir)
+    assert store.saved_prompts(2) != store.saved_prompts(0)
+    mlc = tracker.client(config.tracking_uri, create=False)
+    name = mlc.get_run(outcome.run_id).data.tags["memloop.prompt_name"]
+    (version,) = [
+        v.version for v in mlc.search_prompt_versions(name) if v.tags["memloop.cycle"] == "2"
+    ]
+    (tmp_path / "seeded.yaml").write_text(f"type: awi\nprompts_from: 'prompts:/{name}/{version}'\n")
+    data = yaml.safe_load(Path(config.source).read_text())
+    data.update(
+        experiment="unit-export-seeded",
+        policy=str(tmp_path / "seeded.yaml"),
+        cycles=1,
+        evolvers=["none"],
+        out_dir=str(tmp_path / "runs"),
+    )
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(data))
+    seeded = load_config(tmp_path / "exp.yaml", EvolveConfig)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
+        (run,) = run_evolve(seeded, progress=False, clients=roles)
+    assert CycleStore(run.run_dir).saved_prompts(0) == store.saved_prompts(2)

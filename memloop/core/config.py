@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from memloop.core.errors import UserError
+from memloop.core.files import read_user_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,12 +57,7 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     validation of the key that holds it, not as a parser crash).
     """
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the file ({exc})") from None
+    text = read_user_text(path)
     try:
         data = yaml.load(text, Loader=_DatesAsText)
     except yaml.YAMLError as exc:

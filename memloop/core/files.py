@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from memloop.core.errors import UserError
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -63,6 +65,17 @@ def atomic_write_json(
     """Write ``value`` as UTF-8 JSON (non-ASCII kept, trailing newline) atomically."""
     text = json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=sort_keys)
     atomic_write_text(path, text + "\n")
+
+
+def read_user_text(path: str | Path) -> str:
+    """A text file a user named, as UTF-8; a missing or unreadable one is a one-line UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the file ({exc})") from None
 
 
 def file_sha256(path: str | Path, chunk: int = 8 << 20) -> str:

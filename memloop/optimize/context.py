@@ -143,7 +143,7 @@ class RunContext:
         self.search_name = search.name
         self.repeat = repeat  # which draw of the condition (clients come drawn already)
         self.progress = progress
-        self.policy_config = load_policy(config.policy)
+        self.policy_config = load_policy(config.policy, config.tracking_uri)
         self._build_policy = builder or build_policy
         # (items, description) as load_environment gives them, when the caller has them already
         items, self.env_desc = environment or load_environment(config.environment)

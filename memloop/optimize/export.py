@@ -29,12 +29,10 @@ from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, atomic_write_text
 from memloop.feedback.objective import LEGACY_OBJECTIVE
 from memloop.optimize.cycles import CycleRecord, select_cycle
+from memloop.policies.prompt_files import MEM0_KEYS
+from memloop.policies.prompt_files import render_text as render_prompt_text
 
 FORMATS = ("text", "mem0", "dspy")
-MEM0_KEYS = {
-    "fact_extraction": "custom_fact_extraction_prompt",
-    "memory_update": "custom_update_memory_prompt",
-}
 
 
 @dataclass
@@ -182,10 +180,7 @@ def _header(exported: Exported) -> list[str]:
 
 
 def render_text(exported: Exported) -> str:
-    lines = _header(exported)
-    for name, prompt in exported.prompts.items():
-        lines += ["", f"=== {name} ===", prompt.rstrip("\n")]
-    return "\n".join(lines) + "\n"
+    return render_prompt_text(exported.prompts, _header(exported))
 
 
 def mem0_config(exported: Exported) -> dict[str, Any]:

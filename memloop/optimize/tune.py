@@ -237,11 +237,12 @@ class Tuner:
         clients: Any = None,
         builder: Any = None,
     ):
-        from memloop.policies import AWEConfig, load_policy_config
+        from memloop.policies import AWEConfig
+        from memloop.runs.inputs import load_policy
 
         self.config = config
         self.progress = progress
-        self.base = load_policy_config(config.policy)
+        self.base = load_policy(config.policy, config.tracking_uri)
         if not isinstance(self.base, AWEConfig):
             raise UserError(
                 f"{config.source}: policy {config.policy} is not an AWE policy "

@@ -13,6 +13,7 @@ from memloop.core.errors import UserError
 from memloop.core.files import file_sha256
 from memloop.environment.data import UserItem
 from memloop.environment.datafile import load_items, local_path
+from memloop.llm.endpoint import EndpointRef
 from memloop.llm.roles import RoleClients
 
 
@@ -31,16 +32,22 @@ def load_environment(spec: Any) -> tuple[list[UserItem], dict[str, Any]]:
     return generate_procedural(**args), {"procedural": ProceduralSpec(**args).describe()}
 
 
-def load_policy(path: str | Path) -> Any:
+def load_policy(path: str | Path, tracking_uri: str | None = None) -> Any:
     """A policy YAML's config; a plug-in's class must have every method of the Policy contract.
 
     The full conformance suite is `memloop policy check`; this refuses, in one line and before
     anything runs, a class that cannot be one.
     """
+    from memloop.core.config import load_yaml_mapping
     from memloop.environment.policy_check import missing_members
-    from memloop.policies import PluginConfig, load_policy_config, registry
+    from memloop.policies import PluginConfig, parse_policy_config, registry
 
-    config = load_policy_config(path)
+    path = Path(path)
+    data = load_yaml_mapping(path)
+    if "prompts_from" in data:
+        data = {**data, "prompts": prompts_from(data, path, tracking_uri)}
+        del data["prompts_from"]
+    config = parse_policy_config(data, str(path), base_dir=path.parent)
     if isinstance(config, PluginConfig):
         cls = registry.plugin_class(config)
         missing = missing_members(cls)
@@ -52,15 +59,52 @@ def load_policy(path: str | Path) -> Any:
     return config
 
 
+def prompts_from(
+    data: dict[str, Any], path: Path, tracking_uri: str | None = None
+) -> dict[str, str]:
+    """The prompts a policy YAML's ``prompts_from:`` names, as its ``prompts:`` would hold them.
+
+    A file (`memloop export`'s text, mem0 or DSPy format; relative to the YAML's folder) or a
+    registry version, ``prompts:/NAME@best`` or ``prompts:/NAME/VERSION``, read from
+    `tracking_uri` (an evolve's own store), else the one ``MLFLOW_TRACKING_URI`` names, else
+    memloop's default (``./mlruns``). The run identity holds
+    the prompts themselves, so the same source with other contents is another run.
+    """
+    import os
+
+    from memloop.core.settings import DEFAULT_TRACKING_URI
+    from memloop.policies.config import CONFIG_TYPES
+    from memloop.policies.prompt_files import read_prompt_file
+
+    source = data["prompts_from"]
+    where = f"{path}: key 'prompts_from'"
+    if "prompts" in data:
+        raise UserError(f"{where}: give 'prompts' or 'prompts_from', not both")
+    if data.get("type") not in CONFIG_TYPES:
+        raise UserError(f"{where}: built-in policies only ({', '.join(CONFIG_TYPES)})")
+    if not isinstance(source, str) or not source.strip():
+        raise UserError(f"{where}: expected a file or prompts:/NAME@ALIAS, got {source!r}")
+    if source.startswith("prompts:"):
+        from memloop.runs import tracker
+
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+        return tracker.registered_prompts(uri, source)
+    file = Path(source).expanduser()
+    return read_prompt_file(file if file.is_absolute() else path.parent / file)
+
+
 def roles(
-    agent: str | Path | None = None,
-    user_sim: str | Path | None = None,
-    checker: str | Path | None = None,
-    optimizer: str | Path | None = None,
+    agent: EndpointRef = None,
+    user_sim: EndpointRef = None,
+    checker: EndpointRef = None,
+    optimizer: EndpointRef = None,
     *,
     cache: Any = "default",
 ) -> RoleClients:
-    """The role clients of every command: a role without an endpoint file uses the agent's."""
+    """The role clients of every command: a role without an endpoint file uses the agent's.
+
+    An endpoint may also be one made in memory (the command line's `--model`), as its file would.
+    """
     return RoleClients.from_files(
         agent, user_sim or agent, checker or agent, optimizer or agent, cache=cache
     )

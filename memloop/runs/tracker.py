@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -802,6 +803,69 @@ def register_prompt(
         # the run's page lists the prompt versions it made, and each version its run
         mlc.link_prompt_version_to_run(run_id, version)
         return int(version.version)
+
+
+def split_prompts(template: str, names: list[str], where: str) -> dict[str, str]:
+    """`render_prompts`'s inverse for the predictor `names` (sorted); refused unless exact."""
+    if len(names) == 1:
+        return {names[0]: template}
+    if any(template.count(f"\n\n## {name}\n") != 1 for name in names[1:]):
+        raise UserError(f"{where}: the template's sections are ambiguous; export the run instead")
+    out: dict[str, str] = {}
+    rest = template
+    for i, name in enumerate(names):
+        head = f"## {name}\n"
+        if not rest.startswith(head):
+            raise UserError(f"{where}: the template has no section {name!r}")
+        rest = rest[len(head) :]
+        if i + 1 < len(names):
+            text, sep, rest = rest.partition(f"\n\n## {names[i + 1]}\n")
+            if not sep:
+                raise UserError(f"{where}: the template has no section {names[i + 1]!r}")
+            rest = f"## {names[i + 1]}\n" + rest
+        else:
+            text = rest
+        out[name] = text
+    if render_prompts(out) != template:
+        raise UserError(f"{where}: the template is not one memloop rendered; export the run")
+    return out
+
+
+def registered_prompts(tracking_uri: str, uri: str) -> dict[str, str]:
+    """The prompts of a registry version: ``prompts:/NAME@ALIAS`` or ``prompts:/NAME/VERSION``.
+
+    The version must be one memloop registered (its ``memloop.predictors`` tag names the
+    predictors its template holds).
+    """
+    match = re.fullmatch(r"prompts:/([^/@]+)(?:@([^/@]+)|/(\d+))", uri)
+    if match is None:
+        raise UserError(
+            f"prompts_from {uri!r}: expected prompts:/NAME@ALIAS (e.g. @best) or "
+            "prompts:/NAME/VERSION, or a file"
+        )
+    name, alias, number = match.groups()
+    mlc = client(tracking_uri, create=False)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if alias is not None:
+            version = mlc.get_prompt_version_by_alias(name, alias)
+        else:
+            version = mlc.get_prompt_version(name, number)
+    except MlflowException as exc:
+        raise UserError(
+            f"prompts_from {uri!r}: not in the prompt registry of {tracking_uri} "
+            f"({str(exc).splitlines()[0]})"
+        ) from None
+    if version is None:
+        raise UserError(f"prompts_from {uri!r}: not in the prompt registry of {tracking_uri}")
+    predictors = (version.tags or {}).get("memloop.predictors")
+    if not predictors:
+        raise UserError(
+            f"prompts_from {uri!r}: version {version.version} was not registered by memloop "
+            "(no memloop.predictors tag): its predictor names are unknown"
+        )
+    return split_prompts(version.template, predictors.split(","), f"prompts_from {uri!r}")
 
 
 def set_best(mlc, name: str, version: int) -> None:
