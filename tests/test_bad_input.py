@@ -80,9 +80,15 @@ def test_a_key_given_twice_is_refused_not_silently_overwritten(tmp_path, capsys)
 @pytest.mark.parametrize(
     ("grid", "words"),
     [
-        ({"update_freq": [2, -4, 0]}, ["key 'update_freq.1'", "greater than or equal to 1"]),
-        ({"short_term_len": [0, -1]}, ["key 'short_term_len.1'", "greater than or equal to 0"]),
-        ({"top_k": [30, 100000]}, ["key 'top_k.1'", "less than or equal to 1000"]),
+        (
+            {"update_freq": [2, -4, 0]},
+            ["key 'search_space.update_freq' value -4", "greater than or equal to 1"],
+        ),
+        (
+            {"short_term_len": {"low": -1, "high": 4}},
+            ["key 'search_space.short_term_len' value -1", "greater than or equal to 0"],
+        ),
+        ({"top_k": [30, 100000]}, ["key 'search_space.top_k' value 100000", "less than or equal"]),
     ],
 )
 def test_a_tune_grid_is_bounded_to_what_awe_accepts(tmp_path, capsys, grid, words):
@@ -93,7 +99,7 @@ def test_a_tune_grid_is_bounded_to_what_awe_accepts(tmp_path, capsys, grid, word
         "storage": f"sqlite:///{tmp_path}/mlruns/optuna.db",
         "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
         "out_dir": str(tmp_path / "runs"),
-        **grid,
+        "search_space": grid,
     }
     path = write(tmp_path / "tune.yaml", data)
     refused(capsys, tmp_path, ["tune", str(path), "--no-progress"], *words)

@@ -52,6 +52,9 @@ def write_config(tmp_path, **over):
 
 
 METRICS = ("memory_score", "state_accuracy", "memory_gain", "factual_recall")
+# their column names in compare's tables (core.tables.metric_column); the objective comes first
+COLUMNS = {"mem_score": "memory_score", "state_acc": "state_accuracy", "mem_gain": "memory_gain"}
+COLUMNS["recall"] = "factual_recall"
 NO_BASELINE = "no baseline run of its own settings: not paired"
 OLDER = "logged by an older memloop: not paired"
 
@@ -137,6 +140,11 @@ def sections(table: str) -> list[str]:
     return [p.split("\nmean diff:")[0] for p in parts]
 
 
+def cells_of(text: str) -> list[list[str]]:
+    """The lines of `text` split into table cells (columns are 2+ spaces apart)."""
+    return [re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if line.strip()]
+
+
 def paired_cells(section: str) -> list[list[str]]:
     """The rows of a section's `paired with the baseline` table, split into cells."""
     if "paired with the baseline" not in section:
@@ -219,18 +227,20 @@ def test_each_model_is_paired_with_its_own_baseline(two_models):
     # each section prints its own runs and its own model's paired numbers, with its own baseline
     section_a, section_b = sections(table)
     for section, evolved, base in ((section_a, evolved_a, base_a), (section_b, evolved_b, base_b)):
-        marginal = [line.split() for line in section.split("within each run")[0].splitlines()]
-        shown = [(c[0], c[1], c[7]) for c in marginal if c[:1] in (["none"], ["complete"])]
+        marginal = cells_of(section.split("within each run")[0])
+        # the objective (the memory score: no embedded model here) is the first metric column
+        assert ["condition", "selected", "n", "mem_score (objective)"] in [c[:4] for c in marginal]
+        shown = [(c[0], c[3]) for c in marginal if c[0] in ("none/none", "complete/reflective")]
         assert shown == [
-            (o.mode, o.evolver, f"{o.cycles[o.selection.cycle].score('test'):.3f}")
+            (f"{o.mode}/{o.evolver}", f"{o.cycles[o.selection.cycle].score('test'):.3f}")
             for o in (base, evolved)
         ]
         assert section.count("paired with the baseline none/none on the same users") == 1
         assert not rows[evolved.run_id].same_prompt_as_baseline  # numbers, not `same prompt`
         cells = paired_cells(section)
-        assert [c[1] for c in cells] == list(METRICS)
+        assert [COLUMNS[c[1]] for c in cells] == list(METRICS)
         for c in cells:
-            diffs = by_hand(evolved, base, c[1])
+            diffs = by_hand(evolved, base, COLUMNS[c[1]])
             counts = [sum(d > 0 for d in diffs.values()), sum(d == 0 for d in diffs.values())]
             counts.append(len(diffs) - sum(counts))
             assert c[2:4] == [str(len(diffs)), mean_cell(diffs)]
@@ -239,12 +249,12 @@ def test_each_model_is_paired_with_its_own_baseline(two_models):
     assert memory_b[3] == mean_cell(own) != mean_cell(across)
 
     # the plot's lines and the prompt diff say which group a run is of
-    labels = [h.mode for h in run_histories(result["rows"])]
-    assert labels == [
-        "none [model-a]",
-        "complete [model-a]",
-        "none [model-b]",
-        "complete [model-b]",
+    labels = [h.label for h in run_histories(result["rows"])]
+    assert labels == [  # mode / evolver / agent model (the groups' setting: not said twice)
+        "none (no evolution) / model-a",
+        "complete / reflective / model-a",
+        "none (no evolution) / model-b",
+        "complete / reflective / model-b",
     ]
     diff = compare(config.tracking_uri, "unit", run=evolved_b.run_id)["diff"]
     assert diff.splitlines()[0].startswith(
@@ -298,11 +308,9 @@ def test_a_group_without_a_baseline_is_shown_unpaired_with_a_note(tmp_path, caps
     assert section_b.rstrip().endswith(NO_BASELINE)
     assert result["table"].count(NO_BASELINE) == 1
     # its own numbers are still shown, marginally
-    marginal = [line.split() for line in section_b.split("within each run")[0].splitlines()]
-    assert [c[:3] for c in marginal if c[:1] == ["complete"]] == [
-        ["complete", "reflective", "episode"]
-    ]
-    assert [c[1] for c in paired_cells(section_a)][:1] in (["memory_score"], ["all"])
+    marginal = cells_of(section_b.split("within each run")[0])
+    assert [c[0] for c in marginal if c[0].startswith("complete")] == ["complete/reflective"]
+    assert [c[1] for c in paired_cells(section_a)][:1] in (["mem_score"], ["all"])
     # the CLI prints the same, and its plot follows the groups
     plot = tmp_path / "cmp.png"
     argv = ["compare", "--experiment", "unit", "--tracking-uri", config.tracking_uri]
@@ -398,7 +406,10 @@ def test_older_runs_form_their_own_unpaired_group_and_headings_name_what_differs
     old_section = sections(result["table"])[2]
     assert old_section.startswith("3: runs logged by an older memloop (no run spec) ===")
     assert "paired with the baseline" not in old_section
-    assert old_section.rstrip().splitlines()[-1].startswith(OLDER)
+    # the note ends the section (wrapped at 100 columns: compared with its spaces joined)
+    from memloop.optimize.compare import OLDER_NOTE
+
+    assert " ".join(old_section.split()).endswith(OLDER_NOTE) and OLDER_NOTE.startswith(OLDER)
     assert result["table"].count(OLDER) == 1
     # an older run named as the baseline is refused in one line
     with pytest.raises(UserError, match="'old-base' in 'mixed' was logged by an older memloop"):

@@ -220,7 +220,9 @@ def test_without_the_diagnosis_only_the_format_share_is_known(tmp_path):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memloop")
+    from memloop.experiments.cli import Parser  # the command line's parsers (help, example)
+
+    p = Parser(prog="memloop")
     import_cmd.register(p.add_subparsers(dest="group", required=True))
     return p
 

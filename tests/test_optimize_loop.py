@@ -294,7 +294,11 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
     )
     from matplotlib.image import imread
 
-    assert imread(plot).shape[:2] == (418, 1540)
+    from memloop.optimize.plots import PANEL_WIDTH, PNG_DPI
+
+    height, width = imread(plot).shape[:2]  # a panel per defined metric, the legend below
+    assert width % round(PANEL_WIDTH * PNG_DPI) == 0 and width > height
+    assert plot.with_suffix(".pdf").stat().st_size and plot.with_suffix(".svg").stat().st_size
     assert main(["compare", "--experiment", "nope", "--tracking-uri", config.tracking_uri]) == 2
 
 
@@ -412,7 +416,7 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
     assert evolved.scorer_version == "1" and base.scorer_version != "1"
     assert "scored with the older scorer version 1" in result["table"]
     lo, hi = paired.t95
-    cells = "complete/reflective memory_score 5 +0.110".split() + [f"[{lo:+.2f},{hi:+.2f}]"]
+    cells = "complete/reflective mem_score 5 +0.110".split() + [f"[{lo:+.2f},{hi:+.2f}]"]
     assert cells + ["0.062", "5/0/0"] in [line.split() for line in result["table"].splitlines()]
     # another baseline by name; an unknown one is refused in one line
     assert not compare(uri, "paired", baseline="evolved")["rows"][1].vs_baseline
@@ -466,16 +470,16 @@ def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_p
     assert p.t95 == pytest.approx((mean - half, mean + half))
     assert (p.n, p.up, p.tied, p.down) == (6, 2, 3, 1)
     interval = f"[{mean - half:+.2f},{mean + half:+.2f}]"
-    assert ["complete/reflective", "memory_score", "6", "+0.104", interval, "0.500", "2/3/1"] in (
+    assert ["complete/reflective", "mem_score", "6", "+0.104", interval, "0.500", "2/3/1"] in (
         table
     )
     # no state accuracy in these records: the row says so without numbers
-    assert "complete/reflective state_accuracy 0 n/a - - -".split() in table
+    assert "complete/reflective state_acc 0 n/a - - -".split() in table
     # the same selected prompt: one row, `same prompt` instead of numbers
     assert not ev.same_prompt_as_baseline and same.same_prompt_as_baseline
     assert same.vs_baseline["memory_score"].mean == pytest.approx(0.5 / 6)  # computed, not shown
     assert "diagnostic/reflective all - same prompt - - -".split() in table
-    assert not [row for row in table if row[:2] == ["diagnostic/reflective", "memory_score"]]
+    assert not [row for row in table if row[:2] == ["diagnostic/reflective", "mem_score"]]
     # one cycle each: the selected prompt is cycle 0's in every run
     assert all(r.same_prompt_as_first for r in result["rows"])
     assert "complete/reflective 0 -> 0 - same prompt - - -".split() in table
@@ -533,7 +537,7 @@ def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
     assert "paired, pooled over repeats" in result["table"]
     # one cycle: the evolved runs' selected prompt is the initial prompt, the baseline's
     assert evolved_s.same_prompt and all(r.same_prompt_as_baseline for r in rows[2:])
-    assert "complete/reflective 2 all - same prompt - - - -".split() in [
+    assert "complete/reflective all - same prompt - - - -".split() in [
         line.split() for line in result["table"].splitlines()
     ]
 
@@ -882,13 +886,17 @@ def test_evolve_prints_the_objective_its_selection_and_the_compare_command(
     capsys.readouterr()
     print_outcomes(config, [outcome])
     out = capsys.readouterr().out
-    label = objective.replace("_", " ")
-    assert f"{label} (the objective) per split" in out
+    column = {"state_accuracy": "state_acc", "memory_score": "mem_score"}[objective]
+    assert f"{column} (objective) on the train / val / test users per cycle" in out
+    # prose wraps at 100 columns; only a path, or a command naming one, may run longer
+    long = [line for line in out.splitlines() if len(line) > 100]
+    assert all(" " not in line.strip() or str(tmp_path) in line for line in long), long
     selected = outcome.cycles[outcome.selection.cycle]
     val = selected.score("val", objective)
     row = next(line for line in out.splitlines() if line.startswith("complete") and "*" in line)
     cells = row.split()
-    assert cells[3:6] == [
+    assert cells[0] == "complete/reflective"
+    assert cells[2:5] == [
         format_number(selected.score(s, objective)) for s in ("train", "val", "test")
     ]
     assert (

@@ -116,9 +116,7 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
         # always defined (the memory score is undefined when the 1.5B model's upper bound does
         # not beat random on the one validation user)
         "objective": "state_accuracy",
-        "update_freq": [2, 4],
-        "short_term_len": [0, 4],
-        "top_k": [5, 30],
+        "search_space": {"update_freq": [2, 4], "short_term_len": [0, 4], "top_k": [5, 30]},
         "rounds": {"init": 1, "update": 1},
         "endpoints": endpoints(endpoint),
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
@@ -139,7 +137,7 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
     assert study.trials[1].params != study.trials[0].params  # the rerun continued the search
     out = capsys.readouterr().out
     assert "2 finished trials, 1 added now" in out
-    assert "on 1 test users: memory score" in out  # the best trial, re-run on the test user
+    assert "on 1 test users: state_acc " in out  # the best trial, re-run on the test user
     from memloop.runs import tracker
 
     mlc = tracker.client(config["tracking_uri"])

@@ -42,18 +42,19 @@ def write_config(root: Path, **over) -> Path:
         },
         "policy": str(policy),
         "trials": 2,
-        "update_freq": [2, 4],
-        "short_term_len": [0, 4],
-        "top_k": [10, 30],
+        "search_space": {"update_freq": [2, 4], "short_term_len": [0, 4], "top_k": [10, 30]},
         "heartbeat_s": 1,
         "parallel_users": 1,
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
         "storage": f"sqlite:///{root}/mlruns/optuna.db",
         "out_dir": str(root / "tune"),
     }
+    for key in ("update_freq", "short_term_len", "top_k"):  # a grid over one option, in short
+        if key in over:
+            data["search_space"][key] = over.pop(key)
     data.update(over)
     path = root / "tune.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))  # the space's order names folders
     return path
 
 
@@ -102,7 +103,7 @@ def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
     assert parent.data.metrics["test/overall"] == pytest.approx(second.test["overall"])
     assert len(parent.data.params["spec.catalogue_sha256"]) == 64
     assert parent.data.params["spec.scorer_version"] == SCORER_VERSION == "3"
-    assert json.loads(parent.data.params["spec.optimizer.grid.top_k"]) == config.top_k
+    assert json.loads(parent.data.params["spec.optimizer.space.top_k"]) == [10, 30]
     trials = [r for r in runs if r.data.tags["memloop.kind"] == "tune_trial"]
     assert len(trials) == 4 and all("val/overall" in r.data.metrics for r in trials)
     # each trial's params are its spec: the study's, with the trial's setting in the policy
@@ -151,7 +152,7 @@ def test_a_study_reopened_with_a_changed_grid_is_one_line_and_starts_no_trial(tm
         assert len(fake.requests) == sent
     assert str(caught.value) == (
         f"{config.source}: study 'unit-awe' in {config.storage} was made with other settings "
-        "(changed: optimizer.grid); set `study:` to a new name"
+        "(changed: optimizer.space); set `study:` to a new name"
     )
     study = optuna.load_study(study_name="unit-awe", storage=config.storage)
     assert [t.state.name for t in study.trials] == ["COMPLETE"]  # nothing left RUNNING
@@ -170,23 +171,32 @@ def test_a_study_reopened_after_its_default_prompts_changed_is_refused(tmp_path,
         assert len(fake.requests) == sent
 
 
-def test_pareto_front_and_plot(tmp_path):
-    from memloop.optimize.tune import pareto_front
-    from memloop.runs import tracker
-
-    assert pareto_front([(0.5, 100), (0.4, 50), (0.3, 80), (0.5, 120), (0.6, 300)]) == [0, 1, 4]
-    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        config, outcome = tune(tmp_path, fake, minimize_tokens=True, trials=3)
-    assert outcome.pareto_plot is not None
+def test_the_pareto_front_is_optunas_and_its_plots_are_logged(tmp_path):
     from matplotlib.image import imread
 
-    assert imread(outcome.pareto_plot).shape[:2] == (440, 660)
+    from memloop.runs import tracker
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, outcome = tune(tmp_path, fake, minimize_tokens=True, trials=3)
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    assert study.metric_names == [outcome.objective.value, "tokens_per_user"]
+    # the front: every trial no other trial beats on one objective without losing on the other
+    points = {r["number"]: (r["objective"], r["tokens_per_user"]) for r in outcome.trials}
+    front = {
+        n
+        for n, (s, t) in points.items()
+        if not any(s2 >= s and t2 <= t and (s2, t2) != (s, t) for s2, t2 in points.values())
+    }
+    assert {r["number"] for r in outcome.best} == front == {t.number for t in study.best_trials}
+    assert outcome.pareto_plot == config.output_root / "pareto.png"
+    assert imread(outcome.pareto_plot).shape[:2] == (462, 704)  # 6.4 x 4.2 in at 110 dpi
     mlc = tracker.client(config.tracking_uri)
     exp = mlc.get_experiment_by_name("unit-tune")
     (parent,) = [
         r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags["memloop.kind"] == "tune"
     ]
-    assert "pareto.png" in {a.path for a in mlc.list_artifacts(parent.info.run_id)}
+    logged = {a.path for a in mlc.list_artifacts(parent.info.run_id, "figures")}
+    assert logged == {"figures/pareto.png", "figures/slice.png"}
 
 
 def worker(path: Path, url: str, delay: float, cache: Path) -> subprocess.Popen:
@@ -306,23 +316,24 @@ def test_a_trial_failed_before_all_its_params_were_drawn_leaves_the_grid_whole(t
     storage = _storage(config)
     sampler = optuna.samplers.BruteForceSampler(seed=0)
     study = optuna.create_study(study_name="s", storage=storage, sampler=sampler)
+    space = config.space
     trial = study.ask()
-    trial.suggest_categorical("update_freq", config.update_freq)
+    trial.suggest_categorical("update_freq", space["update_freq"])
     storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
     failed = study.trials[0]
     assert failed.params == {
         "update_freq": failed.params["update_freq"],
-        "short_term_len": config.short_term_len[0],
-        "top_k": config.top_k[0],
+        "short_term_len": space["short_term_len"][0],
+        "top_k": space["top_k"][0],
     }
     assert failed.system_attrs["memloop.params_filled"] == ["short_term_len", "top_k"]
 
     def objective(t):
         for name in ("update_freq", "short_term_len", "top_k"):
-            t.suggest_categorical(name, getattr(config, name))
+            t.suggest_categorical(name, space[name])
         return 0.0
 
-    grid = len(config.update_freq) * len(config.short_term_len) * len(config.top_k)
+    grid = len(space["update_freq"]) * len(space["short_term_len"]) * len(space["top_k"])
     study.optimize(objective, n_trials=grid)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == grid - 1  # every setting but the failed one

@@ -111,6 +111,10 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
     for mode, run in runs.items():
         rid = run.info.run_id
         assert {a.path for a in mlc.list_artifacts(rid, "evolve")} == {"evolve/cycle_00.json"}
+        # the run's own figure (evolve) and the quickstart's comparison figure
+        assert {a.path for a in mlc.list_artifacts(rid, "figures")} == {
+            f"figures/{stem}{ext}" for stem in ("cycles", "quickstart") for ext in (".png", ".svg")
+        }
         first, second = (
             json.loads(_download_text(mlc, rid, f"prompts/cycle_0{k}.json")) for k in (0, 1)
         )
@@ -139,9 +143,12 @@ def test_table_and_plot(quickstart, first_run):
     plot = root / "out" / "quickstart.png"
     from matplotlib.image import imread
 
+    from memloop.optimize.plots import PANEL_WIDTH, PNG_DPI
+
     pixels = imread(plot)
-    height, width = pixels.shape[:2]
-    assert (width, height) == (1540, 418)
+    height, width = pixels.shape[:2]  # a panel per defined metric, the legend below
+    assert width % round(PANEL_WIDTH * PNG_DPI) == 0 and width > height
+    assert plot.with_suffix(".pdf").stat().st_size and plot.with_suffix(".svg").stat().st_size
     assert pixels.std() > 0.01  # not a blank canvas
 
 

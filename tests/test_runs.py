@@ -54,7 +54,10 @@ def test_params_are_the_spec_flat_with_long_values_hashed():
     many = {"train": [f"user-{i:04d}" for i in range(100)]}
     params = spec(users=many).params()
     assert params["spec.kind"] == "evolve" and params["spec.evaluation.periods"] == "2"
-    assert params["spec.seed"] == "0" and params["spec.policy.name"] == "null"
+    assert params["spec.seed"] == "0" and params["spec.policy.type"] == "awi"
+    # an unset value is no param (MLflow shows no "null"); spec.json keeps it
+    assert "spec.policy.name" not in params and spec().identity()["policy"]["name"] is None
+    assert not [k for k, v in params.items() if v in ("null", "None")]
     assert (
         params["spec.users.train"].startswith("sha256:") and len(params["spec.users.train"]) == 71
     )
@@ -129,3 +132,23 @@ def test_names_never_build_paths(tmp_path, monkeypatch, name):
         TuneConfig,
     )
     assert tune.output_root.resolve().parent == runs / "tune"
+
+
+def test_a_data_files_description_holds_no_machine_path(tmp_path):
+    """The run identity of a data-file environment is its name and contents: the same file in
+    another folder (a moved project) is the same environment."""
+    from memloop.core.files import file_sha256
+    from memloop.environment.datafile import save_items
+    from memloop.environment.procedural import generate_procedural
+    from memloop.optimize.config import EnvSpec
+    from memloop.runs.inputs import load_environment
+
+    items = generate_procedural(users=2, periods=1, questions=1, seed=3)
+    descriptions = []
+    for folder in ("a", "b/c"):
+        (tmp_path / folder).mkdir(parents=True)
+        save_items(items, tmp_path / folder / "env.json")
+        _, desc = load_environment(EnvSpec(path=str(tmp_path / folder / "env.json")))
+        descriptions.append(desc)
+    sha = file_sha256(tmp_path / "a" / "env.json")
+    assert descriptions == [{"path": "env.json", "sha256": sha}] * 2

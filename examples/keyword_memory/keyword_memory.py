@@ -1,4 +1,7 @@
-"""A keyword-store memory: about the smallest policy memloop can evaluate (README: plug-ins)."""
+"""A keyword-store memory: about the smallest policy memloop can evaluate.
+
+Written as docs/memory-system.md describes plug-in policies.
+"""
 
 import json
 import re

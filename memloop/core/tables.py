@@ -1,9 +1,49 @@
-"""Plain-text tables for the terminal: one formatter for every table memloop prints."""
+"""Tables for the terminal, CSV or Markdown: one formatter for every table memloop prints.
+
+Also the one set of column names: the same quantity has the same header in every command
+(`metric_column`, `PAIRED_COLUMNS`), and a run's objective is named as such in its header.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
+
+Format = Literal["table", "csv", "md"]
+FORMATS: tuple[str, ...] = ("table", "csv", "md")
+WIDTH = 100  # a text table wider than this is split into parts (the key columns repeated)
+
+# metric -> its column header, the same in every command's tables
+METRIC_COLUMNS = {
+    "memory_score": "mem_score",
+    "state_accuracy": "state_acc",
+    "memory_gain": "mem_gain",
+    "factual_recall": "recall",
+    "overall": "overall",
+    "no_memory": "no_mem",
+    "upper_bound": "upper_bd",
+    "random": "random",
+    "state_chance": "chance",
+}
+OBJECTIVE_MARK = " (objective)"
+# the columns of a paired comparison (core.stats.Paired): users, mean difference, Student t
+# interval, sign-flip permutation p, users whose difference is > 0 / = 0 / < 0
+PAIRED_COLUMNS = ("n", "mean diff", "95% CI", "p (sign-flip)", "up/tied/down")
+
+
+def metric_column(metric: str, *, objective: bool = False) -> str:
+    """The header of `metric` (``state_acc``), marked ``state_acc (objective)`` when it is one."""
+    name = METRIC_COLUMNS.get(metric, metric)
+    return name + OBJECTIVE_MARK if objective else name
+
+
+def objective_first(metrics: Sequence[str], objective: str | None) -> list[str]:
+    """`metrics` with `objective` moved to the front (unchanged when it is not among them)."""
+    if objective is None or objective not in metrics:
+        return list(metrics)
+    return [objective, *(m for m in metrics if m != objective)]
 
 
 def format_number(value: Any, digits: int = 3) -> str:
@@ -26,12 +66,17 @@ def format_table(
     align: str | None = None,
     digits: int = 3,
     gap: int = 2,
+    fmt: str = "table",
+    width: int | None = WIDTH,
 ) -> str:
-    """Columns sized to their widest cell.
+    """The table as aligned text (``fmt="table"``), CSV (``"csv"``) or Markdown (``"md"``).
 
     ``align`` holds one letter per column, ``l`` or ``r``; by default the first column is left
     aligned and the others right aligned. Cells that are not strings go through
-    :func:`format_number`. Returns the lines joined by newlines, without a trailing newline.
+    :func:`format_number`, in every format. A text table wider than ``width`` characters is split
+    into parts, one under the other (a blank line between), each repeating the leading
+    left-aligned columns (the row's name); ``width=None`` never splits. CSV and Markdown tables
+    are never split. Returns the lines joined by newlines, without a trailing newline.
     """
     ncols = len(headers)
     for i, row in enumerate(rows):
@@ -40,14 +85,79 @@ def format_table(
     spec = align if align is not None else "l" + "r" * (ncols - 1)
     if len(spec) != ncols or set(spec) - {"l", "r"}:
         raise ValueError(f"align must be {ncols} letters from 'l'/'r', not {spec!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, not {fmt!r}")
     cells = [[c if isinstance(c, str) else format_number(c, digits) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    head = [str(h) for h in headers]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(head)
+        writer.writerows(cells)
+        return out.getvalue().rstrip("\n")
+    if fmt == "md":
+        return _markdown(head, cells, spec)
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(head)]
+    parts = _parts(widths, spec, gap, width)
+    blocks = []
+    for columns in parts:
+
+        def line(values: Sequence[str], columns: list[int] = columns) -> str:
+            shown = [
+                values[i].ljust(widths[i]) if spec[i] == "l" else values[i].rjust(widths[i])
+                for i in columns
+            ]
+            return (" " * gap).join(shown).rstrip()
+
+        blocks.append("\n".join([line(head)] + [line(r) for r in cells]))
+    return "\n\n".join(blocks)
+
+
+def _parts(widths: list[int], spec: str, gap: int, width: int | None) -> list[list[int]]:
+    """The columns of each part of a text table: all of them when the table fits `width`.
+
+    Each part holds the key columns (the leading left-aligned ones, at least the first, as many
+    as fit in half the width) and as many of the others, in order, as fit.
+    """
+    everything = list(range(len(widths)))
+
+    def span(columns: list[int]) -> int:
+        return sum(widths[i] for i in columns) + gap * max(0, len(columns) - 1)
+
+    if width is None or span(everything) <= width:
+        return [everything]
+    keys = [0]
+    for i in everything[1:]:
+        if spec[i] != "l" or span([*keys, i]) > width // 2:
+            break
+        keys.append(i)
+    parts: list[list[int]] = []
+    current = list(keys)
+    for i in everything[len(keys) :]:
+        if len(current) > len(keys) and span([*current, i]) > width:
+            parts.append(current)
+            current = list(keys)
+        current.append(i)
+    parts.append(current)
+    return parts
+
+
+def _markdown(head: list[str], cells: list[list[str]], spec: str) -> str:
+    """A pipe table: the header, a separator row (``---:`` for right-aligned columns), the rows."""
+
+    def escape(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    head = [escape(h) for h in head]
+    cells = [[escape(c) for c in row] for row in cells]
+    widths = [max([3, len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(head)]
 
     def line(values: Sequence[str]) -> str:
-        parts = [
+        shown = [
             v.ljust(w) if a == "l" else v.rjust(w)
             for v, w, a in zip(values, widths, spec, strict=True)
         ]
-        return (" " * gap).join(parts).rstrip()
+        return "| " + " | ".join(shown) + " |"
 
-    return "\n".join([line(list(headers))] + [line(r) for r in cells])
+    rule = ["-" * w if a == "l" else "-" * (w - 1) + ":" for w, a in zip(widths, spec, strict=True)]
+    return "\n".join([line(head), "| " + " | ".join(rule) + " |"] + [line(r) for r in cells])

@@ -298,6 +298,106 @@ def load_replay(run_dir: Path, user_id: str) -> dict[int, list[list[dict[str, st
     return replay
 
 
+class EpisodeProgress:
+    """run_episodes' bars: users done per group (a split), periods done with the model calls.
+
+    Each bar is named `label · <group> users` / `label · periods` (e.g. "complete/playbook
+    cycle 2 · val users"). The periods bar's postfix `calls=N` (`cached=M`: answers from the
+    response cache) is refreshed by a timer twice a second, from the users' usage trackers,
+    never from a model call: counting costs the calls nothing. Disabled, it draws nothing and
+    starts no thread.
+    """
+
+    TICK_S = 0.5
+
+    def __init__(
+        self,
+        items: list[UserItem],
+        total_periods: int,
+        *,
+        enabled: bool,
+        label: str | None = None,
+        groups: dict[str, str] | None = None,
+    ) -> None:
+        import threading
+
+        from tqdm import tqdm
+
+        self.enabled = enabled
+        self.groups = groups or {}
+        prefix = f"{label} · " if label else ""
+        names = list(dict.fromkeys(self.groups.get(it.id, "") for it in items)) or [""]
+        self.user_bars = {
+            name: tqdm(
+                total=sum(1 for it in items if self.groups.get(it.id, "") == name),
+                desc=f"{prefix}{name} users" if name else f"{prefix}users",
+                unit="user",
+                disable=not enabled,
+                position=i,
+            )
+            for i, name in enumerate(names)
+        }
+        self.periods = tqdm(
+            total=total_periods,
+            desc=f"{prefix}periods",
+            unit="period",
+            disable=not enabled,
+            position=len(names),
+        )
+        self._lock = threading.Lock()
+        self._running: list[UsageTracker] = []
+        self._done = [0, 0]  # calls sent, answers from the cache, of the users finished
+        self._shown = ""
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        if enabled:
+            self._timer = threading.Thread(target=self._tick, daemon=True)
+            self._timer.start()
+
+    def started(self, usage: UsageTracker) -> None:
+        with self._lock:
+            self._running.append(usage)
+
+    def stopped(self, usage: UsageTracker) -> None:
+        """A user's episode ended (finished or not): its calls are final."""
+        total = usage.summary()["total"]
+        with self._lock:
+            self._running.remove(usage)
+            self._done[0] += total["calls"]
+            self._done[1] += total["cached_calls"]
+
+    def user_done(self, user_id: str) -> None:
+        self.user_bars[self.groups.get(user_id, "")].update(1)
+
+    def period_done(self, n: int = 1) -> None:
+        self.periods.update(n)
+
+    def _show(self) -> None:
+        with self._lock:
+            running = list(self._running)
+            sent, cached = self._done
+        for usage in running:  # the users under way: at most the parallel users
+            total = usage.summary()["total"]
+            sent, cached = sent + total["calls"], cached + total["cached_calls"]
+        text = f"calls={sent}" + (f" cached={cached}" if cached else "")
+        if text != self._shown:
+            self._shown = text
+            self.periods.set_postfix_str(text, refresh=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK_S):
+            self._show()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+            self._show()  # the final count
+        self.periods.close()
+        for bar in self.user_bars.values():
+            bar.close()
+
+
 def run_episodes(
     items: list[UserItem],
     policy_factory: PolicyFactory,
@@ -311,14 +411,15 @@ def run_episodes(
     max_users_in_parallel: int = 2,
     replay_from: Path | None = None,
     progress: bool = True,
+    label: str | None = None,
+    groups: dict[str, str] | None = None,
 ) -> list[EpisodeResult]:
     """Run every user's episode, users concurrently up to a bound.
 
-    Progress bars show users and periods. Each user gets its own policy and token counters; the
-    endpoints, cache and concurrency bounds are shared.
+    Progress bars (`EpisodeProgress`, named by `label` and each user's group in `groups`, e.g.
+    its split) show users and periods done and the model calls. Each user gets its own policy
+    and token counters; the endpoints, cache and concurrency bounds are shared.
     """
-    from tqdm import tqdm
-
     out_dir = Path(out_dir)
     # every checkpoint is read before any user starts: a damaged one stops the run before work
     already = {
@@ -326,49 +427,51 @@ def run_episodes(
         for it in items
     }
     total_periods = sum(_periods_of(it, periods) for it in items)
-    bar_users = tqdm(total=len(items), desc="users", unit="user", disable=not progress, position=0)
-    bar_periods = tqdm(
-        total=total_periods, desc="periods", unit="period", disable=not progress, position=1
-    )
+    bars = EpisodeProgress(items, total_periods, enabled=progress, label=label, groups=groups)
 
     def one(item: UserItem) -> EpisodeResult:
         user_dir = out_dir / safe_name(item.id)
         usage = UsageTracker()
+        bars.started(usage)
         agent = agent_client.fork(usage)
-        policy = policy_factory(item.id, user_dir / "workdir", agent)
         try:
-            simulator = None
-            replay = None
-            if replay_from is not None:
-                replay = load_replay(replay_from, item.id)
-            else:
-                simulator = UserSimulator((sim_client or agent_client).fork(usage), sim_config)
-            # a probe that makes model calls counts them in this user's tracker
-            user_probe = (
-                probe.for_user(usage) if probe is not None and hasattr(probe, "for_user") else probe
-            )
-            runner = EpisodeRunner(
-                item,
-                policy,
-                user_dir,
-                simulator=simulator,
-                probe=user_probe,
-                usage=usage,
-                periods=periods,
-                replay=replay,
-                on_period=lambda _p: bar_periods.update(1),
-            )
-            bar_periods.update(already[item.id])
-            result = runner.run()
-            result.usage = usage.summary()
+            policy = policy_factory(item.id, user_dir / "workdir", agent)
+            try:
+                simulator = None
+                replay = None
+                if replay_from is not None:
+                    replay = load_replay(replay_from, item.id)
+                else:
+                    simulator = UserSimulator((sim_client or agent_client).fork(usage), sim_config)
+                # a probe that makes model calls counts them in this user's tracker
+                user_probe = (
+                    probe.for_user(usage)
+                    if probe is not None and hasattr(probe, "for_user")
+                    else probe
+                )
+                runner = EpisodeRunner(
+                    item,
+                    policy,
+                    user_dir,
+                    simulator=simulator,
+                    probe=user_probe,
+                    usage=usage,
+                    periods=periods,
+                    replay=replay,
+                    on_period=lambda _p: bars.period_done(),
+                )
+                bars.period_done(already[item.id])
+                result = runner.run()
+                result.usage = usage.summary()
+            finally:
+                policy.close()
         finally:
-            policy.close()
-        bar_users.update(1)
+            bars.stopped(usage)
+        bars.user_done(item.id)
         return result
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, max_users_in_parallel)) as pool:
             return list(pool.map(one, items))
     finally:
-        bar_periods.close()
-        bar_users.close()
+        bars.close()

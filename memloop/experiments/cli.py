@@ -30,6 +30,47 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help screens: each option's default, text written in lines kept as written.
+
+    No "(default: None)" for an option without a default, nor "(default: False)" for a flag, and
+    none where the help names its default itself. A description or epilog holding line breaks
+    (an example, a written-out explanation) keeps them; a one-line text is wrapped.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            action.default in (None, False, argparse.SUPPRESS)
+            or "%(default)" in text
+            or "(default" in text
+            or not (action.option_strings or action.nargs in (argparse.OPTIONAL, "*"))
+        ):
+            return action.help
+        return text + " (default: %(default)s)"
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text.strip("\n"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every parser of the command line: help screens with defaults, ending with an example.
+
+    Sub-commands too: argparse makes each one with its parent's class. `example` is one command
+    line that works as written, shown as "example:" after the epilog (`HelpFormatter`).
+    """
+
+    def __init__(self, *args: Any, example: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        if example is not None:
+            epilog = (kwargs.get("epilog") or "").rstrip("\n")
+            kwargs["epilog"] = (epilog + "\n\n" if epilog else "") + f"example:\n  {example}\n"
+        super().__init__(*args, **kwargs)
+        self.example = example
+
+
 def build_parser() -> argparse.ArgumentParser:
     from memloop.experiments.commands import (
         env_cmd,
@@ -42,9 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         quickstart_cmd,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="memloop",
         description="Evaluate and self-evolve the memory policies of LLM assistants.",
+        example="memloop quickstart",
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
@@ -68,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     quiet_third_party_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
+    from memloop.llm import embedded_server
+
+    # the line saying the embedded model is starting is progress too
+    embedded_server.START_NOTICE = not getattr(args, "no_progress", False)
     with stop_requests_on_ctrl_c():
         return exit_on_user_error(lambda: args.func(args))
 

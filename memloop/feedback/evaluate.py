@@ -62,11 +62,14 @@ def run_evaluation(
     replay_from: Path | None = None,
     extra: dict[str, Any] | None = None,
     plot: bool = True,
+    label: str | None = None,
+    group: str | None = None,
 ) -> EvaluationResult:
     """Episodes under `out_dir/episodes`; metrics.json, records.jsonl, per_period.png in `out_dir`.
 
     A rerun resumes finished periods from their checkpoints (no model calls). `plot=False`: no
-    per_period.png (report.write_outputs).
+    per_period.png (report.write_outputs). `label` and `group` (the users' split) name the
+    progress bars.
     """
     out_dir = Path(out_dir)
     prober = Prober(ub_client=clients.agent, checker_client=clients.checker)
@@ -82,6 +85,8 @@ def run_evaluation(
         max_users_in_parallel=max_users_in_parallel,
         replay_from=replay_from,
         progress=progress,
+        label=label,
+        groups={item.id: group for item in items} if group else None,
     )
     period_records = [r for e in episodes for r in e.records]
     calibration, sent = calibrate(items, prober.checker_client)
@@ -100,11 +105,13 @@ def run_evaluation_groups(
     max_users_in_parallel: int = 2,
     progress: bool = True,
     plot: bool = True,
+    label: str | None = None,
 ) -> dict[str, EvaluationResult]:
     """Several groups of users (e.g. training and held-out users) under one policy in one pass.
 
     Users of different groups therefore run concurrently: episodes under `out_dir/episodes`,
     each non-empty group's metrics.json / records.jsonl / per_period.png in `out_dir/<group>`.
+    The progress bars are named by `label` and show each group's users.
     """
     out_dir = Path(out_dir)
     everyone = [item for items in groups.values() for item in items]
@@ -122,6 +129,8 @@ def run_evaluation_groups(
         periods=periods,
         max_users_in_parallel=max_users_in_parallel,
         progress=progress,
+        label=label,
+        groups={item.id: name for name, items in groups.items() for item in items},
     )
     by_user = {e.user_id: e for e in episodes}
     # one calibration for every group (on all their users), its requests counted in the first

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.files import atomic_write_json
-from memloop.core.tables import format_number, format_table
+from memloop.core.tables import (
+    WIDTH,
+    format_number,
+    format_table,
+    metric_column,
+    objective_first,
+)
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.calibration import recall_null_reason
 from memloop.feedback.exposure import cap_recalls, exposure_fields
@@ -313,49 +319,68 @@ def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = Non
     plt.close(fig)
 
 
-def format_metrics(metrics: dict[str, Any]) -> str:
-    def row(label: Any, m: dict[str, Any]) -> list[Any]:
-        d = m["diagnosis"]
-        return [
-            label,
-            m["overall"],
-            m["random"],
-            m["no_memory"],
-            m["upper_bound"],
-            m["memory_score"],
-            m["state_accuracy"],
-            m["state_chance"],
-            d["format"],
-            d["write"],
-            d["read"],
-            d["utilization"],
-            m["factual_recall"],
-        ]
+# the columns of eval's table: the scores, then where the wrong answers failed (the diagnosis)
+SCORE_COLUMNS = (
+    "memory_score",
+    "state_accuracy",
+    "overall",
+    "no_memory",
+    "random",
+    "upper_bound",
+    "state_chance",
+    "factual_recall",
+)
+DIAGNOSIS_COLUMNS = {"format": "format", "write": "write", "read": "read", "utilization": "util"}
 
-    rows = [row(r["period"], r) for r in metrics["per_period"]] + [row("all", metrics)]
-    headers = [
-        "period",
-        "overall",
-        "random",
-        "no_mem",
-        "upper_bd",
-        "mem_score",
-        "state_acc",
-        "chance",
-        "format",
-        "write",
-        "read",
-        "util",
-        "recall",
+
+def format_metrics(metrics: dict[str, Any], fmt: str = "table", *, first: str | None = None) -> str:
+    """A run's numbers per period and overall, with the totals below.
+
+    `first`: the metric shown first (the measure runs on this agent are ranked on). As text two
+    tables, the scores and the failure shares, each within 100 columns; as CSV one table and
+    nothing else; as Markdown one table and the totals.
+    """
+    import textwrap
+
+    scores = objective_first(SCORE_COLUMNS, first)
+
+    def row(label: Any, m: dict[str, Any], diagnosis: bool = True) -> list[Any]:
+        values = [label, *(m[k] for k in scores)]
+        return values + [m["diagnosis"][k] for k in DIAGNOSIS_COLUMNS] if diagnosis else values
+
+    periods = [*metrics["per_period"], {**metrics, "period": "all"}]
+    score_heads = ["period", *(metric_column(k) for k in scores)]
+    failure_heads = ["period", *DIAGNOSIS_COLUMNS.values()]
+    if fmt == "csv" or fmt == "md":
+        rows = [row(r["period"], r) for r in periods]
+        heads = score_heads + failure_heads[1:]
+        lines = [format_table(heads, rows, align="r" * len(heads), fmt=fmt)]
+        if fmt == "csv":
+            return lines[0]
+    else:
+        failures = [[r["period"], *(r["diagnosis"][k] for k in DIAGNOSIS_COLUMNS)] for r in periods]
+        lines = [
+            format_table(
+                score_heads,
+                [row(r["period"], r, diagnosis=False) for r in periods],
+                align="r" * len(score_heads),
+            ),
+            "failures: shares of the answers wrong at each step (they add up to 1 - overall)",
+            format_table(failure_heads, failures, align="r" * len(failure_heads)),
+        ]
+    notes = [
+        f"memory gain (overall - no_mem) {format_number(metrics['memory_gain'])}; recall = "
+        "revealed states supported by the written memory at the end of the period (episode: "
+        f"{format_number(metrics['factual_recall'])})",
     ]
-    lines = [format_table(headers, rows, align="r" * len(headers))]
-    lines.append(
-        f"memory gain (overall - no_mem) {format_number(metrics['memory_gain'])}; "
-        f"recall = revealed states supported by the written memory at the end of the period "
-        f"(episode: {format_number(metrics['factual_recall'])})"
-    )
     usage = ", ".join(f"{k} {v}" for k, v in metrics["usage"].items())
     cached = sum(metrics.get("usage_cached", {}).values())
     work = sum(metrics["usage"].values())
-    lines.append(f"tokens: {usage or 'none'} ({cached} of {work} served from the response cache)")
-    return "\n".join(lines)
+    notes.append(
+        f"tokens: {work} ({cached} of {work} served from the response cache): {usage or 'none'}"
+    )
+    sep = "\n\n" if fmt == "md" else "\n"
+    wrapped = [
+        textwrap.fill(n, WIDTH, subsequent_indent="  ", break_on_hyphens=False) for n in notes
+    ]
+    return sep.join(lines + wrapped)

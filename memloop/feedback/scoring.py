@@ -1,6 +1,6 @@
 """Pure scoring over QuestionRecords (no model calls).
 
-Definitions (README "What the numbers mean"; SCORER_VERSION 3):
+Definitions (docs/experiments.md "What the numbers mean"; SCORER_VERSION 3):
 - overall = accuracy of the multiple-choice answers; random = mean of 1/#choices;
 - upper bound (UB) = accuracy of the policy's LLM handed the true required values, per question;
 - no_memory = accuracy of the policy's LLM given the question alone (no conversation, no memory);

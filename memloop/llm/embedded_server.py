@@ -25,6 +25,7 @@ from memloop.llm.errors import ModelFileError
 from memloop.llm.model_files import PackagedModel, ensure_model_file
 
 READY_PREFIX = "MEMLOOP_SERVER_LISTENING "
+START_NOTICE = True  # a line on stderr while the model starts (off under --no-progress)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,14 @@ class EmbeddedServer:
     def start(self) -> EmbeddedServer:
         if self._proc is not None:
             return self
+        if START_NOTICE:  # verifying and loading the weights takes ~1 s per 180 MB (2 cores)
+            from tqdm import tqdm  # its write: a line above any progress bar drawn
+
+            tqdm.write(
+                f"starting the embedded model {self.model.display_name} "
+                f"(takes ~{max(2, round(self.model.size / 180e6))} s)...",
+                file=sys.stderr,
+            )
         path = ensure_model_file(self.model)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         threads = self.settings.threads or os.cpu_count() or 2

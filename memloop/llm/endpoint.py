@@ -127,9 +127,24 @@ class Endpoint(BaseModel):
                 f"{path}: empty endpoint file; give at least base_url and model (or base_url: "
                 f"{LOCAL} for the embedded model)"
             )
-        return parse_model(cls, data, str(path))
+        return cls.from_mapping(data, str(path))
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str) -> Endpoint:
+        """The endpoint an endpoint YAML holding `data` gives (`where` names it in errors).
+
+        The one validation of an endpoint file's fields, also for endpoints made in memory (the
+        command line's `--model NAME --base-url URL`): the same fields give the same endpoint.
+        """
+        return parse_model(cls, data, where)
 
 
-def load_endpoint(path: str | Path | None) -> Endpoint:
-    """The endpoint of a YAML file, or the embedded model's default endpoint for None."""
-    return Endpoint.from_yaml(path) if path else Endpoint()
+# an endpoint YAML file, an endpoint made in memory, or None for the embedded model
+EndpointRef = str | Path | Endpoint | None
+
+
+def load_endpoint(ref: EndpointRef) -> Endpoint:
+    """The endpoint of a YAML file (or one made already), or the embedded model's for None."""
+    if isinstance(ref, Endpoint):
+        return ref
+    return Endpoint.from_yaml(ref) if ref else Endpoint()

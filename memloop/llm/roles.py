@@ -6,11 +6,10 @@ Roles on the same endpoint share one client, and all share one response cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memloop.llm.client import ChatClient
-from memloop.llm.endpoint import load_endpoint
+from memloop.llm.endpoint import EndpointRef, load_endpoint
 
 ROLES = ("agent", "user_sim", "checker", "optimizer")
 
@@ -25,17 +24,17 @@ class RoleClients:
     @classmethod
     def from_files(
         cls,
-        agent: str | Path | None = None,
-        user_sim: str | Path | None = None,
-        checker: str | Path | None = None,
-        optimizer: str | Path | None = None,
+        agent: EndpointRef = None,
+        user_sim: EndpointRef = None,
+        checker: EndpointRef = None,
+        optimizer: EndpointRef = None,
         *,
         cache: Any = "default",
     ) -> RoleClients:
-        """Endpoint YAML per role; None = the embedded model."""
+        """Endpoint YAML (or an Endpoint made in memory) per role; None = the embedded model."""
         made: dict[Any, ChatClient] = {}
 
-        def get(path: str | Path | None) -> ChatClient:
+        def get(path: EndpointRef) -> ChatClient:
             endpoint = load_endpoint(path)
             if endpoint not in made:
                 shared = next(iter(made.values())).cache if made else cache

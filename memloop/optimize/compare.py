@@ -32,14 +32,23 @@ from __future__ import annotations
 import difflib
 import json
 import statistics
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import json_sha256
 from memloop.core.stats import EXACT_MAX, SMALL_N, Paired, format_p
-from memloop.core.tables import format_number, format_table
-from memloop.feedback.objective import LEGACY_OBJECTIVE
+from memloop.core.tables import (
+    FORMATS,
+    PAIRED_COLUMNS,
+    WIDTH,
+    format_number,
+    format_table,
+    metric_column,
+    objective_first,
+)
+from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
 from memloop.runs import tracker
@@ -64,7 +73,7 @@ class RunRow:
     selected: float | None  # memory score of the selected cycle
     state_accuracy: float | None
     memory_gain: float | None
-    vs_first: Paired  # selected - cycle 0, memory score per user
+    vs_first: Paired  # selected - cycle 0 per user, on the run's objective
     factual_recall: float | None
     tokens: int
     scorer_version: str
@@ -81,6 +90,7 @@ class RunRow:
     settings: str = ""  # what sets its group apart ("runs with ..."; "" for a lone group)
     settings_short: str = ""  # the same, values only (plot legends)
     is_baseline: bool = False  # a run of its group's baseline condition
+    objective: str = LEGACY_OBJECTIVE.value  # what its cycle was selected on (validation users)
 
     @property
     def same_prompt_as_first(self) -> bool:
@@ -159,7 +169,8 @@ def headline_split(records: list[CycleRecord]) -> str:
 
 def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
     tags = run.data.tags
-    selection = select_cycle(records, tags.get("memloop.objective", LEGACY_OBJECTIVE))
+    objective = Objective(tags.get("memloop.objective", LEGACY_OBJECTIVE))
+    selection = select_cycle(records, objective)
     split = headline_split(records)
     first_rec = records[0] if records else None
     chosen = records[selection.cycle] if selection else None
@@ -179,8 +190,8 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         state_accuracy=result.state_accuracy if result else None,
         memory_gain=result.memory_gain if result else None,
         vs_first=Paired.of(
-            user_scores(chosen, split) if chosen else {},
-            user_scores(first_rec, split) if first_rec else {},
+            user_scores(chosen, split, objective.value) if chosen else {},
+            user_scores(first_rec, split, objective.value) if first_rec else {},
         ),
         factual_recall=result.factual_recall if result else None,
         tokens=sum(sum(r.tokens.values()) for r in records),
@@ -189,6 +200,7 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         repeat=int(tags.get("memloop.repeat", "0")),
         like=tags.get(LIKE_TAG),
         spec=spec_from_params(run.data.params),
+        objective=objective.value,
     )
 
 
@@ -471,8 +483,29 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
     return rows
 
 
-PAIRED_HEADERS = ["n", "mean diff", "95% t interval", "sign-flip p", "up/tied/down"]
+PAIRED_HEADERS = list(PAIRED_COLUMNS)
 SAME_PROMPT = "same prompt"
+
+
+@dataclass
+class Table:
+    """One of compare's tables: the line above it, its headers, rows and column alignment."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[Any]]
+    align: str
+    group: int | None = None  # its group of runs, when there are several
+
+
+@dataclass
+class Heading:
+    """A group's heading (`=== group k: ... ===` as text, a section heading in Markdown)."""
+
+    text: str
+
+
+Block = str | Table | Heading  # a line of text ("" a blank line), a table or a heading
 
 
 def _paired_columns(p: Paired) -> list[str]:
@@ -496,11 +529,17 @@ def _same_prompt_columns() -> list[str]:
     return ["-", SAME_PROMPT, "-", "-", "-"]
 
 
-def _metric_rows(lead: list[Any], paired: dict[str, Paired], same: bool) -> list[list[Any]]:
-    """One row per metric after the `lead` cells, or one `same prompt` row."""
+def _metric_rows(
+    lead: list[Any], paired: dict[str, Paired], same: bool, objective: str | None = None
+) -> list[list[Any]]:
+    """One row per metric (the objective's first) after the `lead` cells, or one `same prompt`."""
     if same:
         return [[*lead, "all", *_same_prompt_columns()]]
-    return [[*lead, m, *_paired_columns(paired[m])] for m in PAIRED_METRICS if m in paired]
+    return [
+        [*lead, metric_column(m), *_paired_columns(paired[m])]
+        for m in objective_first(PAIRED_METRICS, objective)
+        if m in paired
+    ]
 
 
 def _spread_cell(mean: float | None, sd: float | None) -> str:
@@ -509,77 +548,140 @@ def _spread_cell(mean: float | None, sd: float | None) -> str:
     return f"{mean:.3f}" + ("" if sd is None else f" ± {sd:.3f}")
 
 
-def format_rows(rows: list[RunRow]) -> str:
-    """The tables, group by group when the runs are of several settings, then the notes."""
+def shared_objective(rows: list[RunRow]) -> str | None:
+    """The objective every run of `rows` selected its cycle on (None when they differ)."""
+    found = {r.objective for r in rows}
+    return found.pop() if len(found) == 1 else None
+
+
+def _label(r: RunRow) -> str:
+    """A run's condition in the marginal table, its search named when it is not `episode`."""
+    return r.condition + ("" if r.search == "episode" else f" ({r.search})")
+
+
+def format_rows(rows: list[RunRow], fmt: str = "table") -> str:
+    """The tables, group by group when the runs are of several settings, then the notes.
+
+    `fmt`: aligned text within 100 columns (`table`), Markdown (`md`), or the tables alone as
+    CSV blocks separated by a blank line (`csv`; a first column `group` when there are several).
+    """
+    return render(compare_blocks(rows), fmt)
+
+
+def compare_blocks(rows: list[RunRow]) -> list[Block]:
+    """The tables and lines of `format_rows`, in order."""
     repeated = any(r.repeat for r in rows)
     groups = group_rows(rows)
-    lines: list[str] = []
+    blocks: list[Block] = []
     if len(groups) > 1:
-        lines.append(
+        blocks.append(
             f"{len(groups)} groups of runs with different settings: a run is paired only with "
             "a baseline run of its own group (same environment, users, models, policy "
             "settings, starting prompts and evaluation)"
         )
         for i, group in enumerate(groups, 1):
-            lines += ["", f"=== group {i}: {group.heading} ==="]
-            lines += _group_lines(group, repeated, several=True)
-        lines.append("")
+            blocks += ["", Heading(f"group {i}: {group.heading}")]
+            blocks += _group_blocks(group, repeated, several=True, number=i)
+        blocks.append("")
     elif groups:
-        lines += _group_lines(groups[0], repeated, several=False)
-    return "\n".join(lines + _notes(rows))
+        blocks += _group_blocks(groups[0], repeated, several=False)
+    return blocks + _notes(rows)
 
 
-def _group_lines(group: RunGroup, repeated: bool, several: bool) -> list[str]:
+def render(blocks: list[Block], fmt: str = "table") -> str:
+    """`blocks` as text (lines wrapped at 100 columns), Markdown, or their tables as CSV."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    tables = [b for b in blocks if isinstance(b, Table)]
+    if fmt == "csv":
+        several = any(t.group is not None for t in tables)
+        return "\n\n".join(
+            format_table(
+                ["group", *t.headers] if several else t.headers,
+                [[t.group, *r] for r in t.rows] if several else t.rows,
+                align=("r" if several else "") + t.align,
+                fmt="csv",
+            )
+            for t in tables
+        )
+    lines: list[str] = []
+    for b in blocks:
+        if isinstance(b, Table):
+            table = format_table(b.headers, b.rows, align=b.align, fmt=fmt)
+            lines += [_wrap(b.title), table] if fmt == "table" else [b.title, "", table, ""]
+        elif isinstance(b, Heading):
+            lines.append(_wrap(f"=== {b.text} ===") if fmt == "table" else f"### {b.text}\n")
+        elif fmt == "md":
+            lines.append(b + "\n" if b else "")
+        else:
+            lines.append(_wrap(b))
+    text = "\n".join(lines)
+    return text.replace("\n\n\n", "\n\n").strip("\n") if fmt == "md" else text
+
+
+def _wrap(line: str) -> str:
+    """A line of prose within 100 columns (later lines indented by two spaces)."""
+    return textwrap.fill(
+        line, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+    )
+
+
+def _group_blocks(
+    group: RunGroup, repeated: bool, several: bool, number: int | None = None
+) -> list[Block]:
     """One group's tables: marginal, within each run, paired with its baseline, repeats.
 
     Then why it is unpaired, if it is (a lone group of runs with a spec and no baseline: nothing).
+    The objective's metric comes first and is marked as such in every table.
     """
     rows = group.rows
+    objective = shared_objective(rows)
+    number = number if several else None
+    metrics = objective_first(PAIRED_METRICS, objective)
+    splits = {r.split for r in rows}
+    on = f"the {next(iter(splits))} users" if len(splits) == 1 else "the users shown"
+
+    def n_cell(r: RunRow) -> str:
+        return str(r.n_users) if len(splits) == 1 else f"{r.n_users} {r.split}"
+
+    def name(r: RunRow, label: str) -> str:  # with its repeat, when conditions have several
+        return f"{label} r{r.repeat}" if repeated else label
+
+    if objective is None:  # runs ranked on different measures: each its own, named
+        metric_heads = ["objective", "ranked on", *(metric_column(m) for m in metrics)]
+    else:
+        metric_heads = [metric_column(m, objective=m == objective) for m in metrics]
     marginal = [
         [
-            r.feedback_mode,
-            r.evolver,
-            r.search,
-            *([r.repeat] if repeated else []),
-            r.cycles,
-            f"{r.split} {r.n_users}",
-            "-" if r.selection is None else r.selection.cycle,
-            format_number(r.selected),
-            format_number(r.state_accuracy),
-            format_number(r.memory_gain),
-            format_number(r.factual_recall),
+            name(r, _label(r)),
+            "-" if r.selection is None else f"{r.selection.cycle} of {r.cycles}",
+            n_cell(r),
+            *(
+                [format_number(getattr(r, _ROW_FIELD[r.objective])), metric_column(r.objective)]
+                if objective is None
+                else []
+            ),
+            *(format_number(getattr(r, _ROW_FIELD[m])) for m in metrics),
             r.tokens,
         ]
         for r in rows
     ]
-    lines = [
-        "marginal (each condition alone; the selected prompt on the users shown):",
-        format_table(
-            [
-                "feedback",
-                "evolver",
-                "search",
-                *(["repeat"] if repeated else []),
-                "cycles",
-                "users",
-                "selected",
-                "mem_score",
-                "state_acc",
-                "mem_gain",
-                "recall",
-                "tokens",
-            ],
+    named = metric_column(objective) if objective else "each run's objective"
+    blocks: list[Block] = [
+        Table(
+            f"marginal (each condition alone; the selected cycle's prompt on {on}):",
+            ["condition", "selected", "n", *metric_heads, "tokens"],
             marginal,
-            align="lll" + ("r" if repeated else "") + "rlrrrrrr",
+            "lrr" + ("rl" if objective is None else "") + "r" * (len(metrics) + 1),
+            number,
         ),
         "",
-        "within each run: the selected prompt minus cycle 0's on the same users (memory score):",
-        format_table(
-            ["condition", *(["repeat"] if repeated else []), "cycles", *PAIRED_HEADERS],
+        Table(
+            f"within each run: the selected prompt minus cycle 0's on the same users ({named}):",
+            ["condition", "cycles", *PAIRED_HEADERS],
             [
                 [
-                    r.condition,
-                    *([r.repeat] if repeated else []),
+                    name(r, r.condition),
                     "-" if r.selection is None else f"0 -> {r.selection.cycle}",
                     *(
                         _same_prompt_columns()
@@ -589,7 +691,8 @@ def _group_lines(group: RunGroup, repeated: bool, several: bool) -> list[str]:
                 ]
                 for r in rows
             ],
-            align="l" + ("r" if repeated else "") + "lrrlll",
+            "llrrlll",
+            number,
         ),
     ]
     paired = [r for r in rows if r.baseline is not None]
@@ -598,35 +701,38 @@ def _group_lines(group: RunGroup, repeated: bool, several: bool) -> list[str]:
         assert base is not None
         table: list[list[Any]] = []
         for r in paired:
-            lead = [r.condition, *([r.repeat] if repeated else [])]
-            table += _metric_rows(lead, r.vs_baseline, r.same_prompt_as_baseline)
-        lines += [
+            lead = [name(r, r.condition)]
+            table += _metric_rows(lead, r.vs_baseline, r.same_prompt_as_baseline, objective)
+        blocks += [
             "",
-            f"paired with the baseline {base.condition} on the same users "
-            "(condition - baseline per user)"
-            + (", each repeat with the baseline's same repeat:" if repeated else ":"),
-            format_table(
-                ["condition", *(["repeat"] if repeated else []), "metric", *PAIRED_HEADERS],
+            Table(
+                f"paired with the baseline {base.condition} on the same users "
+                "(condition - baseline per user)"
+                + (", each repeat with the baseline's same repeat:" if repeated else ":"),
+                ["condition", "metric", *PAIRED_HEADERS],
                 table,
-                align="l" + ("r" if repeated else "") + "lrrlll",
+                "llrrlll",
+                number,
             ),
         ]
     if repeated:
-        lines += ["", *format_repeats(repeat_summaries(rows))]
+        blocks += ["", *format_repeats(repeat_summaries(rows), objective, number)]
     if group.note and (several or group.older):
-        lines.append(group.note)
-    return lines
+        blocks.append(group.note)
+    return blocks
 
 
 def _notes(rows: list[RunRow]) -> list[str]:
     """What the tables' columns mean, and warnings about the numbers."""
     lines = [
-        "mean diff: the mean per-user difference; 95% t interval: Student t over users (none for "
-        "one user or when every difference is equal)",
-        "sign-flip p: two-sided permutation test of the differences (exact up to "
+        "mean diff: the mean per-user difference; 95% CI: Student t interval over users (none "
+        "for one user or when every difference is equal)",
+        "p (sign-flip): two-sided permutation test of the differences (exact up to "
         f"{EXACT_MAX} non-zero ones); up/tied/down: users whose difference is > 0, = 0, < 0",
         f"{SAME_PROMPT}: the two prompts compared are identical, so any difference there is the "
         "draws' noise, not the prompt's",
+        "(objective): the measure each run selected its cycle on, on the validation users; "
+        "selected: that cycle, of the run's cycles",
     ]
     small = min((r.n_users for r in rows), default=0)
     if small < SMALL_N:
@@ -655,48 +761,59 @@ OLD_SCORERS = {
 }
 
 
-def format_repeats(summaries: list[RepeatSummary]) -> list[str]:
+def format_repeats(
+    summaries: list[RepeatSummary], objective: str | None = None, group: int | None = None
+) -> list[Block]:
     """The spread across repeats and the comparison pooled over them (`repeat_summaries`)."""
 
     def label(s: RepeatSummary) -> str:
         mode, evolver, search = s.group
         return f"{mode}/{evolver}" + ("" if search == "episode" else f" ({search})")
 
-    lines = [
-        "across repeats (each condition's selected prompt; mean ± SD over its repeats):",
-        format_table(
-            ["condition", "repeats", "users", *PAIRED_METRICS],
+    metrics = objective_first(PAIRED_METRICS, objective)
+    blocks: list[Block] = [
+        Table(
+            "across repeats (each condition's selected prompt; mean ± SD over its repeats):",
             [
-                [
-                    label(s),
-                    s.repeats,
-                    s.users,
-                    *(_spread_cell(s.mean[m], s.sd[m]) for m in PAIRED_METRICS),
-                ]
+                "condition",
+                "repeats",
+                "n",
+                *(metric_column(m, objective=m == objective) for m in metrics),
+            ],
+            [
+                [label(s), s.repeats, s.users, *(_spread_cell(s.mean[m], s.sd[m]) for m in metrics)]
                 for s in summaries
             ],
-            align="lrr" + "l" * len(PAIRED_METRICS),
+            "lrr" + "l" * len(metrics),
+            group,
         ),
     ]
     pooled = [s for s in summaries if s.pooled]
     if pooled:
         table: list[list[Any]] = []
         for s in pooled:
-            for row in _metric_rows([label(s), s.repeats], s.pooled, s.same_prompt):
-                metric = row[2]
-                sd = s.diff_sd.get(metric)
-                table.append([*row, "-" if s.same_prompt or sd is None else f"{sd:.3f}"])
-        lines += [
+            if s.same_prompt:
+                table.append([label(s), "all", *_same_prompt_columns(), "-"])
+                continue
+            for m in metrics:
+                if m in s.pooled:
+                    sd = s.diff_sd.get(m)
+                    table.append(
+                        [label(s), metric_column(m), *_paired_columns(s.pooled[m])]
+                        + ["-" if sd is None else f"{sd:.3f}"]
+                    )
+        blocks += [
             "",
-            "paired, pooled over repeats (each user's difference averaged over the repeats, "
-            "then over users; repeat sd = SD of the per-repeat mean differences):",
-            format_table(
-                ["condition", "repeats", "metric", *PAIRED_HEADERS, "repeat sd"],
+            Table(
+                "paired, pooled over repeats (each user's difference averaged over the repeats, "
+                "then over users; repeat sd = SD of the per-repeat mean differences):",
+                ["condition", "metric", *PAIRED_HEADERS, "repeat sd"],
                 table,
-                align="lrlrrlllr",
+                "llrrlllr",
+                group,
             ),
         ]
-    return lines
+    return blocks
 
 
 def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: str = "best") -> str:
@@ -737,30 +854,82 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
     return "\n".join(out)
 
 
-def curves(mode: str, evolver: str, records: list[CycleRecord], split: str) -> Any:
-    """Per-cycle memory score, factual recall and state accuracy on `split` (plots.plot_cycles)."""
+def curves(
+    mode: str,
+    evolver: str,
+    records: list[CycleRecord],
+    split: str,
+    *,
+    model: str | None = None,
+    selection: Selection | None = None,
+    objective: str | None = None,
+    settings: str = "",
+    repeat: int = 0,
+) -> Any:
+    """One run's numbers per cycle on `split`, what `plots.plot_cycles` draws.
+
+    Each of `cycles` holds the split's own values (`memory_score`, `factual_recall`,
+    `state_accuracy`: the pooled numbers of the tables), its `users`, its `state_chance`, and
+    `per_user`: {metric: the defined per-user values, in user-id order} of the memory score,
+    state accuracy, factual recall and memory gain ({} for a record without per-user values).
+    Beside them: the split, the selected cycle (`selected`, None without selection) and its rule,
+    the objective (the selection's, else `objective`, else the legacy one) and the legend label
+    `mode / evolver / model` (`none (no evolution) / model` for the baseline; `settings`, what sets
+    the run's group apart, in brackets when it is not the model; the repeat when above 0).
+    """
     from types import SimpleNamespace
 
-    cycles = [
-        {
-            "cycle": r.cycle,
-            "memory_score": r.score(split),
-            "factual_recall": r.score(split, "factual_recall"),
-            "state_accuracy": r.score(split, "state_accuracy"),
-        }
-        for r in records
-    ]
-    return SimpleNamespace(mode=mode, evolver=evolver, cycles=cycles)
+    cycles = []
+    for r in records:
+        result = r.splits.get(split)  # type: ignore[call-overload]
+        per_user = {}
+        if result is not None and result.per_user:
+            for m in ("memory_score", "state_accuracy", "factual_recall", "memory_gain"):
+                per_user[m] = [float(v) for _, v in sorted(user_scores(r, split, m).items())]
+        cycles.append(
+            {
+                "cycle": r.cycle,
+                "memory_score": r.score(split),
+                "factual_recall": r.score(split, "factual_recall"),
+                "state_accuracy": r.score(split, "state_accuracy"),
+                "state_chance": result.state_chance if result is not None else None,
+                "users": result.users if result is not None else 0,
+                "per_user": per_user,
+            }
+        )
+    label = "none (no evolution)" if mode == "none" else f"{mode} / {evolver}"
+    if model:
+        label += f" / {model}"
+    if settings and settings != model:
+        label += f" [{settings}]"
+    if repeat:
+        label += f", repeat {repeat}"
+    return SimpleNamespace(
+        mode=mode,
+        evolver=evolver,
+        model=model,
+        label=label,
+        split=split,
+        objective=str(selection.objective if selection else objective or LEGACY_OBJECTIVE),
+        selected=selection.cycle if selection else None,
+        selection_rule=selection.rule if selection else "",
+        cycles=cycles,
+    )
 
 
 def run_histories(rows: list[RunRow]) -> list[Any]:
-    """`curves` of every row on its headline split (`mode [settings]` for several groups)."""
+    """`curves` of every row on its headline split, labelled with its agent model and group."""
     return [
         curves(
-            f"{r.feedback_mode} [{r.settings_short}]" if r.settings_short else r.feedback_mode,
+            r.feedback_mode,
             r.evolver,
             r.records,
             r.split,
+            model=r.spec.get("endpoints.agent.model"),
+            selection=r.selection,
+            objective=r.spec.get("objective"),
+            settings=r.settings_short,
+            repeat=r.repeat,
         )
         for r in rows
     ]

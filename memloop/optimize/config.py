@@ -6,9 +6,20 @@ Pydantic models that reject unknown keys and wrong types with one line naming th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from memloop.core.config import load_yaml_model
 from memloop.core.errors import UserError
@@ -212,19 +223,63 @@ class EvolveConfig(_Strict):
         return Path(self.out_dir or f"runs/evolve/{safe_name(self.experiment_name)}")
 
 
+Choice = StrictBool | StrictInt | StrictFloat | StrictStr
+
+
+class Range(_Strict):
+    """A numeric range of a search space: ints when `low` and `high` are ints, else floats."""
+
+    low: StrictInt | StrictFloat
+    high: StrictInt | StrictFloat
+    step: StrictInt | StrictFloat | None = Field(
+        None, gt=0, description="spacing of the values (ints: default 1; floats: continuous)"
+    )
+    log: StrictBool = Field(False, description="sample on a log scale (low > 0, no step)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.high < self.low:
+            raise ValueError(f"high {self.high} is below low {self.low}")
+        if self.log and (self.low <= 0 or self.step is not None):
+            raise ValueError("log: needs low > 0 and no step")
+        if self.is_int and self.step is not None and not isinstance(self.step, int):
+            raise ValueError("step: an int range takes an int step")
+        return self
+
+    @property
+    def is_int(self) -> bool:
+        return isinstance(self.low, int) and isinstance(self.high, int)
+
+    @property
+    def finite(self) -> bool:
+        """A countable set of values (what the grid sampler can enumerate)."""
+        return self.is_int or self.step is not None
+
+
+# the paper's grid: AWE-(freq, ns, topk) with freq {2,4,8}, ns {0,4,8}, topk {10,30,50}
+PAPER_GRID: dict[str, list[Choice]] = {
+    "update_freq": [2, 4, 8],
+    "short_term_len": [0, 4, 8],
+    "top_k": [10, 30, 50],
+}
+
+
 class TuneConfig(_Strict):
     experiment: str | None = None
     study: str | None = Field(None, description="Optuna study name (default: file name)")
     environment: EnvSpec
-    policy: str = Field(description="an AWE policy YAML, e.g. ../policies/awe.yaml")
+    policy: str = Field(description="the policy YAML whose options are tuned (any type)")
     trials: StrictInt = Field(6, ge=1, le=100_000, description="trials to add per invocation")
-    # the paper's grid: AWE-(freq, ns, topk) with freq {2,4,8}, ns {0,4,8}, topk {10,30,50}
-    # each value within what AWE accepts (policies.config): a trial never fails on its setting
-    update_freq: list[Annotated[StrictInt, Field(ge=1, le=64)]] = Field([2, 4, 8], min_length=1)
-    short_term_len: list[Annotated[StrictInt, Field(ge=0, le=256)]] = Field([0, 4, 8], min_length=1)
-    top_k: list[Annotated[StrictInt, Field(ge=1, le=1000)]] = Field([10, 30, 50], min_length=1)
-    default_trial: dict[str, StrictInt] = Field(
-        default_factory=lambda: {"update_freq": 2, "short_term_len": 4, "top_k": 30}
+    search_space: dict[str, list[Choice] | Range] | None = Field(
+        None,
+        description="option -> a list of choices, or {low, high, step, log}; an option is a key "
+        "of the policy YAML (a plug-in's too), `a.b` for a key inside a mapping; "
+        "default: the paper's AWE grid over update_freq, short_term_len and top_k",
+    )
+    default_trial: dict[str, Choice] | None = Field(
+        None,
+        description="the first trial's setting; default: the policy YAML's own values, when "
+        "every one of them is in the search space",
     )
     sampler: Literal["grid", "tpe"] = Field(
         "grid",
@@ -254,6 +309,25 @@ class TuneConfig(_Strict):
     def experiment_name(self) -> str:
         return self.experiment or (Path(self.source).stem if self.source else "memloop-tune")
 
+    @field_validator("search_space", mode="before")
+    @classmethod
+    def _ranges(cls, value: Any) -> Any:
+        """A mapping is a Range, with its own message (not "Input should be a valid list")."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, spec in value.items():
+            if isinstance(spec, dict):
+                try:
+                    spec = Range.model_validate(spec)
+                except ValidationError as exc:
+                    err = exc.errors()[0]
+                    where = ".".join(str(p) for p in err["loc"])
+                    message = str(err["msg"]).removeprefix("Value error, ")
+                    raise ValueError(f"{key}{'.' + where if where else ''}: {message}") from None
+            out[key] = spec
+        return out
+
     @model_validator(mode="after")
     def _tuning_splits(self) -> TuneConfig:
         env = self.environment
@@ -266,12 +340,25 @@ class TuneConfig(_Strict):
             )
         if not env.val_users:
             raise ValueError("environment.val_users: tuning needs validation users (its objective)")
-        for key in ("update_freq", "short_term_len", "top_k"):
-            if self.default_trial.get(key) not in getattr(self, key):
+        space = self.space
+        if not space:
+            raise ValueError("search_space: no option to search (omit it for the paper's grid)")
+        for key, choices in space.items():
+            if isinstance(choices, list) and not choices:
+                raise ValueError(f"search_space.{key}: no choice")
+            if self.sampler == "grid" and isinstance(choices, Range) and not choices.finite:
                 raise ValueError(
-                    f"default_trial.{key} = {self.default_trial.get(key)} is not in {key}"
+                    f"search_space.{key}: the grid sampler needs choices, an int range or a "
+                    "step; give one, or use sampler: tpe"
                 )
+        if self.default_trial is not None and set(self.default_trial) != set(space):
+            raise ValueError(f"default_trial: give a value for each of {', '.join(space)}")
         return self
+
+    @property
+    def space(self) -> dict[str, list[Choice] | Range]:
+        """The search space in force (the paper's AWE grid when none is given)."""
+        return dict(PAPER_GRID if self.search_space is None else self.search_space)
 
     @property
     def study_name(self) -> str:

@@ -241,14 +241,48 @@ class RunContext:
         self, items: list[UserItem], prompts: dict[str, str], out: Path
     ) -> EvaluationResult:
         """Whole episodes of `items` under `prompts`, checkpointed under `out`."""
-        return run_evaluation(items, self.factory(prompts), out, **self._eval_options())
+        ids = {item.id for item in items}
+        split = next((s for s in SPLITS if ids <= {i.id for i in self.users[s]}), None)
+        return run_evaluation(
+            items,
+            self.factory(prompts),
+            out,
+            **self._eval_options(),
+            label=f"{self.condition_label} candidate",
+            group=split,
+        )
 
     def evaluate_splits(
         self, prompts: dict[str, str], out: Path, splits: Iterable[str] = SPLITS
     ) -> dict[str, EvaluationResult]:
         """Whole episodes of every non-empty split in `splits`, all users in one pass."""
         groups = {s: self.users[s] for s in splits if self.users[s]}
-        return run_evaluation_groups(groups, self.factory(prompts), out, **self._eval_options())
+        return run_evaluation_groups(
+            groups,
+            self.factory(prompts),
+            out,
+            **self._eval_options(),
+            label=f"{self.condition_label} cycle {self._cycle_of(out)}",
+        )
+
+    @property
+    def condition_label(self) -> str:
+        """The condition in progress bars: `complete/playbook` (`... r1` for repeat 1)."""
+        return f"{self.mode}/{self.evolver_name}" + (f" r{self.repeat}" if self.repeat else "")
+
+    def _cycle_of(self, out: Path) -> int:
+        """The cycle an evaluation in `out` belongs to.
+
+        Its `cycle_NN` folder's, else the first cycle without a finished record (searches
+        evaluate cycle k before yielding it).
+        """
+        name = Path(out).name
+        if name.startswith("cycle_") and name[6:].isdigit():
+            return int(name[6:])
+        k = 0
+        while (self.store.cycle_dir(k) / "cycle.json").is_file():
+            k += 1
+        return k
 
     def _base_dir(self) -> Path | None:
         return Path(self.config.source).parent if self.config.source else None

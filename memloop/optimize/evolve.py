@@ -123,5 +123,40 @@ def run_evolve(
             f"search={search.name}{again}",
             flush=True,
         )
-        outcomes.append(ctx.run(search.cycles(ctx)))
+        outcome = ctx.run(search.cycles(ctx))
+        log_run_figure(ctx, outcome)
+        outcomes.append(outcome)
     return outcomes
+
+
+FIGURE_STEM = "cycles"  # figures/cycles.png, .pdf and .svg in the run folder; PNG, SVG in MLflow
+
+
+def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
+    """The run's figure, written to its folder's `figures/` and logged to its run's `figures/`.
+
+    plots.plot_cycles of the run's own cycles on its headline split, logged to the MLflow run
+    (ended by then) by its id. Once per run, after its last cycle; a resumed run draws and logs
+    it again. Returns the files.
+    """
+    if not outcome.cycles:
+        return []
+    from memloop.optimize.compare import curves, headline_split
+    from memloop.optimize.plots import plot_cycles
+    from memloop.runs import tracker
+
+    history = curves(
+        outcome.mode,
+        outcome.evolver,
+        outcome.cycles,
+        headline_split(outcome.cycles),
+        model=ctx.spec.endpoints.get("agent", {}).get("model"),
+        selection=outcome.selection,
+        objective=ctx.objective,
+        repeat=outcome.repeat,
+    )
+    title = f"{ctx.config.experiment_name}: {ctx.name}"
+    paths = plot_cycles([history], outcome.run_dir / "figures" / f"{FIGURE_STEM}.png", title)
+    mlc = tracker.client(ctx.config.tracking_uri)
+    tracker.log_figure(mlc, outcome.run_id, [p for p in paths if p.suffix in (".png", ".svg")])
+    return paths

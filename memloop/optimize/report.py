@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
-from memloop.core.tables import format_table
+from memloop.core.tables import WIDTH, format_table, metric_column
 
 
 def print_outcomes(config: Any, outcomes: list[Any]) -> None:
@@ -18,15 +19,15 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
         (o.selection.objective for o in outcomes if o.selection is not None), LEGACY_OBJECTIVE
     )
     metric = Objective(objective).value
-    print(f"\nexperiment {config.experiment_name} (MLflow: {config.tracking_uri})")
+    print()
+    say(f"experiment {config.experiment_name} (MLflow: {config.tracking_uri})")
     rows = []
     for o in outcomes:
         chosen = o.selection.cycle if o.selection else None
         for c in o.cycles:
             rows.append(
                 [
-                    o.mode,
-                    o.evolver,
+                    f"{o.mode}/{o.evolver}",
                     f"{c.cycle}{'*' if c.cycle == chosen else ''}",
                     *(c.score(s, metric) for s in ("train", "val", "test")),
                     c.score("test", "factual_recall"),
@@ -34,31 +35,52 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
                     c.leaks_rejected,
                 ]
             )
-    headers = ["feedback", "evolver", "cycle", "train", "val", "test", "test recall"]
-    headers += ["test write", "test read", "test util", "leaks refused"]
-    print(f"{Objective(objective).label} (the objective) per split; failure shares on test users")
-    print(format_table(headers, rows, align="ll" + "r" * 9))
-    print("* the cycle selected on validation users (its test score is the headline)")
+    column = metric_column(metric, objective=True)
+    headers = ["condition", "cycle", "train", "val", "test", "recall"]
+    headers += ["write", "read", "util", "leaks"]
+    say(
+        f"{column} on the train / val / test users per cycle; on the test users: factual recall "
+        "and the write / read / utilization failure shares; leaks: candidate prompts refused"
+    )
+    print(format_table(headers, rows, align="ll" + "r" * 8))
+    say("* the cycle selected on validation users (its test score is the headline)")
     for o in outcomes:
-        print(f"{o.mode}/{o.evolver}: {_selection_line(o)}")
+        say(f"{o.mode}/{o.evolver}: {_selection_line(o)}")
         for line in _unchanged_lines(o):
-            print(f"  {line}")
+            say(f"  {line}", indent="    ")
     refused = sum(c.leaks_rejected for o in outcomes for c in o.cycles)
     if refused:
-        print(
+        say(
             f"leaks refused: {refused} candidate prompts named a user's private value and were "
             "not taken (optimize/leaks.py)"
         )
-    print("run folders: " + ", ".join(str(o.run_dir) for o in outcomes))
+    print("run folders:")
+    for o in outcomes:
+        print(f"  {o.run_dir}")
     resumed = [o for o in outcomes if o.resumed]
     if resumed:
-        print(
+        say(
             f"{len(resumed)} of {len(outcomes)} runs resumed an earlier MLflow run "
             "(finished cycles were read back, not redone)"
         )
+    print("compare (paired, on the test users):")
     print(
-        f"compare (paired, on the test users): memloop compare --experiment "
-        f"{config.experiment_name} --tracking-uri {config.tracking_uri}"
+        f"  memloop compare --experiment {config.experiment_name} "
+        f"--tracking-uri {config.tracking_uri}"
+    )
+
+
+def say(text: str, indent: str = "  ") -> None:
+    """A line of prose, wrapped to the tables' width."""
+    lead = len(text) - len(text.lstrip(" "))
+    print(
+        textwrap.fill(
+            text,
+            WIDTH,
+            subsequent_indent=" " * lead + indent,
+            break_long_words=False,  # a path or a command stays whole
+            break_on_hyphens=False,
+        )
     )
 
 

@@ -1,4 +1,9 @@
-"""Optuna tuning of AWE's hyperparameters (update_freq, short_term_len, top_k).
+"""Optuna tuning of any policy's options over a declared search space.
+
+- Search space: `search_space:` maps options of the policy YAML (any type, plug-ins included;
+  `a.b` for a key inside a mapping) to a list of choices or a range (ints or floats, a step, a log
+  scale); every value is checked against the policy's own validation before a trial runs. Without
+  one, the paper's AWE grid over update_freq, short_term_len and top_k.
 
 - Objective: `objective` (memory score by default, or state accuracy / memory gain) on the
   validation users (optionally a second objective, tokens per user, for a Pareto front). The best
@@ -28,7 +33,7 @@ from typing import Any, Literal
 
 from memloop.core import interrupt
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, json_sha256, sqlite_file, store_lock
+from memloop.core.files import atomic_write_json, json_sha256, safe_name, sqlite_file, store_lock
 from memloop.core.tables import format_table
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
@@ -41,7 +46,6 @@ from memloop.optimize.context import (
 from memloop.runs import tracker
 from memloop.runs.spec import RunSpec, differences
 
-PARAMS = ("update_freq", "short_term_len", "top_k")
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
 TRIAL_METRICS = ("memory_score", "state_accuracy", "memory_gain", "overall", "factual_recall")
 OLD_IDENTITY_ATTR = "memloop.identity"  # before run specs: a key only
@@ -64,6 +68,8 @@ class TuneOutcome:
     exhausted: bool = False
     notes: list[str] = field(default_factory=list)
     objective: Objective = LEGACY_OBJECTIVE  # what `trials[i]["objective"]` holds
+    params: list[str] = field(default_factory=list)  # the searched options, in order
+    plots: list[Path] = field(default_factory=list)  # Optuna's plots of the study
 
 
 def _storage(config: TuneConfig):
@@ -97,16 +103,16 @@ def _storage(config: TuneConfig):
             A worker killed before or between suggestions leaves a trial with part of its
             params. The grid sampler then takes that finished prefix for a whole explored
             subtree (the settings below it are never tried) and crashes when the trial's retry
-            completes the path. The missing params get each grid's first value (listed in the
+            completes the path. The missing params get each option's first value (listed in the
             system attribute `memloop.params_filled`): the failed trial stands for one setting,
             like any other.
             """
             have = self.get_trial(trial_id).params
-            missing = [name for name in PARAMS if name not in have]
+            missing = [name for name in config.space if name not in have]
             for name in missing:
-                choices = getattr(config, name)
-                distribution = optuna.distributions.CategoricalDistribution(choices)
-                self.set_trial_param(trial_id, name, 0, distribution)  # internal: the index
+                distribution = to_distribution(config.space[name])
+                first = distribution.to_internal_repr(space_values(config.space[name])[0])
+                self.set_trial_param(trial_id, name, first, distribution)
             if missing:
                 self.set_trial_system_attr(trial_id, "memloop.params_filled", missing)
 
@@ -191,14 +197,18 @@ def requeue_interrupted(study) -> int:
 
     state = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
+
+    def key_of(params: dict[str, Any]) -> tuple:
+        return tuple(sorted(params.items()))
+
     live = {
-        _setting(t.system_attrs.get("fixed_params", t.params))
+        key_of(t.system_attrs.get("fixed_params", t.params))
         for t in trials
         if t.state in (state.COMPLETE, state.RUNNING, state.WAITING)
     }
     added = 0
     for t in trials:
-        key = _setting(t.params)
+        key = key_of(t.params)
         if t.state == state.FAIL and t.system_attrs.get(INTERRUPTED_ATTR) and key not in live:
             study.enqueue_trial(dict(t.params), user_attrs={RERUN_ATTR: t.number})
             live.add(key)
@@ -206,24 +216,96 @@ def requeue_interrupted(study) -> int:
     return added
 
 
-def _setting(params: dict[str, Any]) -> tuple:
-    return tuple(params.get(k) for k in PARAMS)
+def _setting(params: dict[str, Any], keys) -> tuple:
+    return tuple(params.get(k) for k in keys)
+
+
+def to_distribution(spec: Any):
+    """Optuna's distribution for one option of the search space."""
+    import optuna
+
+    d = optuna.distributions
+    if isinstance(spec, list):
+        return d.CategoricalDistribution(spec)
+    if spec.is_int:
+        return d.IntDistribution(spec.low, spec.high, step=spec.step or 1, log=spec.log)
+    return d.FloatDistribution(float(spec.low), float(spec.high), step=spec.step, log=spec.log)
+
+
+def space_values(spec: Any) -> list[Any]:
+    """The values of a choice list or a finite range, in order; a continuous range's ends."""
+    if isinstance(spec, list):
+        return list(spec)
+    if spec.is_int:
+        return list(range(spec.low, spec.high + 1, spec.step or 1))
+    if spec.step is None:
+        return [float(spec.low), float(spec.high)]
+    count = int(round((spec.high - spec.low) / spec.step)) + 1
+    values = [float(spec.low) + i * spec.step for i in range(count)]
+    return [v for v in values if v <= spec.high + 1e-12]
+
+
+def suggest(trial, space: dict[str, Any]) -> dict[str, Any]:
+    """One value per option, drawn by the study's sampler, in the space's order."""
+    params: dict[str, Any] = {}
+    for key, spec in space.items():
+        if isinstance(spec, list):
+            params[key] = trial.suggest_categorical(key, spec)
+        elif spec.is_int:
+            params[key] = trial.suggest_int(
+                key, spec.low, spec.high, step=spec.step or 1, log=spec.log
+            )
+        else:
+            params[key] = trial.suggest_float(
+                key, spec.low, spec.high, step=spec.step, log=spec.log
+            )
+    return params
+
+
+def apply_params(base: Any, params: dict[str, Any], where: str) -> Any:
+    """`base` (a policy config) with `params` set, validated as its YAML would be.
+
+    A key `a.b` sets `b` inside the mapping `a`. A plug-in's options take any key (the plug-in
+    checks its own); a built-in policy refuses a key or a value its YAML would refuse.
+    """
+    import copy
+
+    from memloop.core.config import parse_model
+    from memloop.policies import PluginConfig
+
+    data = copy.deepcopy(base.options if isinstance(base, PluginConfig) else base.model_dump())
+    for key, value in params.items():
+        if key.split(".")[0] in ("type", "name", "prompts"):
+            raise UserError(f"{where}: {key!r} is not a tunable option")
+        *path, last = key.split(".")
+        target = data
+        for part in path:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise UserError(f"{where}: {key!r}: {part!r} is not a mapping in the policy")
+        target[last] = value
+    if isinstance(base, PluginConfig):
+        return base.model_copy(update={"options": data, "name": None})
+    data["name"] = None
+    return parse_model(type(base), data, where)
 
 
 def unfinished_settings(study, config: TuneConfig) -> list[tuple]:
     """The grid's settings with no complete trial, in the config's order."""
     import optuna
 
+    keys = list(config.space)
     done = {
-        _setting(t.params)
+        _setting(t.params, keys)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     }
-    grid = itertools.product(*(getattr(config, k) for k in PARAMS))
+    grid = itertools.product(*(space_values(config.space[k]) for k in keys))
     return [s for s in grid if s not in done]
 
 
-def _folder(params: dict[str, int]) -> str:
-    return "awe-" + "-".join(str(params[k]) for k in PARAMS)
+def _folder(kind: str, params: dict[str, Any]) -> str:
+    """A trial's folder: the policy's kind and its setting (AWE's paper grid: awe-2-4-30)."""
+    return safe_name(f"{kind}-" + "-".join(str(v) for v in params.values()))
 
 
 class Tuner:
@@ -237,17 +319,18 @@ class Tuner:
         clients: Any = None,
         builder: Any = None,
     ):
-        from memloop.policies import AWEConfig
+        from memloop.policies import PluginConfig
         from memloop.runs.inputs import load_policy
 
         self.config = config
         self.progress = progress
         self.base = load_policy(config.policy, config.tracking_uri)
-        if not isinstance(self.base, AWEConfig):
-            raise UserError(
-                f"{config.source}: policy {config.policy} is not an AWE policy "
-                "(type: awe); tuning covers AWE's update_freq, short_term_len and top_k"
-            )
+        self.kind = (
+            safe_name(self.base.default_name)
+            if isinstance(self.base, PluginConfig)
+            else self.base.type
+        )
+        self.default = self.check_space()
         items, self.env_desc = load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
         self.clients = clients or role_clients(config.endpoints)
@@ -278,26 +361,81 @@ class Tuner:
             optimizer={
                 "name": "optuna",
                 "study": config.study_name,
-                "grid": {k: list(getattr(config, k)) for k in PARAMS},
+                "space": {
+                    k: v if isinstance(v, list) else v.model_dump() for k, v in config.space.items()
+                },
             },
         )
 
-    def trial_spec(self, params: dict[str, int]) -> RunSpec:
+    def check_space(self) -> dict[str, Any] | None:
+        """Every value of the search space on the policy; the first trial's setting.
+
+        Each choice, and each end of a range, is set on the policy alone and validated as its
+        YAML would be, so no trial fails on its setting. The first trial is `default_trial`, or
+        else the policy YAML's own values when every one of them is in the space (None: none).
+        """
+        config, where = self.config, f"{self.config.source}: key 'search_space"
+        for key, spec in config.space.items():
+            for value in space_values(spec):
+                apply_params(self.base, {key: value}, f"{where}.{key}' value {value!r}")
+        if config.default_trial is not None:
+            default = {k: config.default_trial[k] for k in config.space}
+            for key, value in default.items():
+                if not self.in_space(key, value):
+                    raise UserError(
+                        f"{config.source}: key 'default_trial.{key}': {value!r} is not in the "
+                        "search space"
+                    )
+            return default
+        own = self.policy_values()
+        if all(own.get(k) is not None and self.in_space(k, own[k]) for k in config.space):
+            return {k: own[k] for k in config.space}
+        return None
+
+    def policy_values(self) -> dict[str, Any]:
+        """The policy YAML's value of each option of the space (None where it has none)."""
+        from memloop.policies import PluginConfig
+
+        data = self.base.options if isinstance(self.base, PluginConfig) else self.base.model_dump()
+        out: dict[str, Any] = {}
+        for key in self.config.space:
+            value: Any = data
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            out[key] = value
+        return out
+
+    def in_space(self, key: str, value: Any) -> bool:
+        spec = self.config.space[key]
+        if isinstance(spec, list):
+            return any(type(value) is type(c) and value == c for c in spec)  # True is not 1
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if spec.finite:
+            return any(abs(value - v) < 1e-12 for v in space_values(spec))
+        return spec.low <= value <= spec.high
+
+    def policy_for(self, params: dict[str, Any]) -> Any:
+        return apply_params(self.base, params, f"{self.config.source}: trial setting {params}")
+
+    def trial_spec(self, params: dict[str, Any]) -> RunSpec:
         """A trial's identity: the study's, with the trial's setting in the policy."""
-        policy = self.base.model_copy(update={**params, "name": None}).model_dump(mode="json")
+        policy = self.policy_for(params).model_dump(mode="json")
         return self.study_spec.model_copy(update={"kind": "tune_trial", "policy": policy})
 
-    def evaluate(self, split: str, params: dict[str, int]):
+    def evaluate(self, split: str, params: dict[str, Any]):
         from memloop.feedback.evaluate import run_evaluation
         from memloop.policies import build_policy
 
-        policy_config = self.base.model_copy(update={**params, "name": None})
+        policy_config = self.policy_for(params)
         build = self.builder or build_policy
         return run_evaluation(
             self.users[split],
             lambda uid, wd, c: build(policy_config, c, wd),
-            self.config.output_root / split / _folder(params),
+            self.config.output_root / split / _folder(self.kind, params),
             **evaluation_options(self.config, self.clients, self.progress),
+            label=f"trial {_folder(self.kind, params)}",
+            group=split,
         )
 
     def run(self) -> TuneOutcome:
@@ -306,11 +444,14 @@ class Tuner:
         config = self.config
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = open_study(config, self.study_spec)
-        default = {k: config.default_trial[k] for k in PARAMS}
+        names = [self.ranked_on.value, "tokens_per_user"][: len(study.directions)]
+        if study.metric_names != names:
+            study.set_metric_names(names)  # Optuna's plots and dashboard name the objectives
         # under the lock: two workers starting together would both enqueue a trial
         with store_lock(config.storage):
             requeue_interrupted(study)  # a trial stopped by Ctrl-C first
-            study.enqueue_trial(default, skip_if_exists=True)  # then the paper's default
+            if self.default is not None:  # then the policy's own setting
+                study.enqueue_trial(self.default, skip_if_exists=True)
 
         mlc = tracker.client(config.tracking_uri)
         exp = tracker.experiment_id(mlc, config.experiment_name, config.tracking_uri)
@@ -331,7 +472,7 @@ class Tuner:
         except BaseException:
             tracker.finish_run(mlc, parent_id, "KILLED")
             raise
-        outcome = summarize_study(study, config, self.added, self.ranked_on)
+        outcome = summarize_study(study, config, self.added, self.ranked_on, self.default)
         if config.sampler == "grid":
             # every setting has a complete trial; the sampler also stops when the rest failed
             unfinished = unfinished_settings(study, config)
@@ -339,15 +480,17 @@ class Tuner:
             if unfinished and self.added < config.trials:
                 outcome.notes.append(
                     f"the grid sampler has no setting left to draw, but {len(unfinished)} "
-                    "setting(s) (update_freq, short_term_len, top_k) have no complete trial "
+                    f"setting(s) ({', '.join(config.space)}) have no complete trial "
                     "(failed, or running in another worker): " + ", ".join(map(str, unfinished))
                 )
         if outcome.best:
             outcome.test = self.test_best(outcome.best[0], mlc, parent_id)
-        if config.minimize_tokens and outcome.trials:
-            outcome.pareto_plot = config.output_root / "pareto.png"
-            plot_pareto(outcome, outcome.pareto_plot)
-            mlc.log_artifact(parent_id, str(outcome.pareto_plot))
+        if outcome.trials:
+            outcome.plots = study_plots(study, outcome, config.output_root)
+            for path in outcome.plots:
+                mlc.log_artifact(parent_id, str(path), "figures")
+            if config.minimize_tokens:
+                outcome.pareto_plot = config.output_root / "pareto.png"
         tracker.finish_run(mlc, parent_id)
         return outcome
 
@@ -363,16 +506,12 @@ class Tuner:
 
     def _objective(self, trial, mlc, exp: str, parent_id: str):
         config = self.config
-        params = {
-            "update_freq": trial.suggest_categorical("update_freq", config.update_freq),
-            "short_term_len": trial.suggest_categorical("short_term_len", config.short_term_len),
-            "top_k": trial.suggest_categorical("top_k", config.top_k),
-        }
+        params = suggest(trial, config.space)
         run_id, _ = tracker.log_run(
             mlc,
             exp,
             self.trial_spec(params),
-            f"trial-{trial.number}-{_folder(params)}",
+            f"trial-{trial.number}-{_folder(self.kind, params)}",
             tags={
                 "memloop.study": config.study_name,
                 "memloop.trial": str(trial.number),
@@ -423,7 +562,7 @@ class Tuner:
         """The best trial (by validation score) run on the test users; logged on the parent."""
         if not self.users["test"]:
             return None
-        params = {k: best[k] for k in PARAMS}
+        params = {k: best[k] for k in self.config.space}
         m = self.evaluate("test", params).metrics
         row = {
             "trial": best["number"],
@@ -462,11 +601,21 @@ def run_tune(
 
 
 def summarize_study(
-    study, config: TuneConfig, added: int, objective: Objective = LEGACY_OBJECTIVE
+    study,
+    config: TuneConfig,
+    added: int,
+    objective: Objective = LEGACY_OBJECTIVE,
+    default: dict[str, Any] | None = None,
 ) -> TuneOutcome:
+    """The study's complete trials and its best.
+
+    The best is the top trial, or Optuna's Pareto front (`study.best_trials`) when tokens per
+    user is the second objective.
+    """
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
 
+    keys = list(config.space)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     rows = [
         {
@@ -480,14 +629,14 @@ def summarize_study(
         }
         for t in done
     ]
-
-    default = tuple(config.default_trial[k] for k in PARAMS)
+    first = None if default is None else _setting(default, keys)
 
     def rank(r: dict[str, Any]) -> tuple:
         # ties go to the default setting, then the smallest, not to the earliest trial: the
         # order of the trials (a rerun after Ctrl-C, other workers) does not change the best
-        setting = tuple(r[k] for k in PARAMS)
-        return (-r["objective"], setting != default, setting)
+        setting = _setting(r, keys)
+        ordered = tuple((type(v).__name__, v) for v in setting)
+        return (-r["objective"], setting != first, ordered)
 
     if len(study.directions) == 1:
         best = sorted(rows, key=rank)[:1]
@@ -497,78 +646,92 @@ def summarize_study(
     retried = sum(1 for t in study.trials if Retry.retried_trial_number(t) is not None)
     rerun = sum(1 for t in done if RERUN_ATTR in t.user_attrs)
     return TuneOutcome(
-        config.study_name, config.storage, rows, best, added, retried, rerun, objective=objective
+        config.study_name,
+        config.storage,
+        rows,
+        best,
+        added,
+        retried,
+        rerun,
+        objective=objective,
+        params=keys,
     )
 
 
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point dominates (higher score, fewer tokens)."""
-    front = []
-    for i, (s, t) in enumerate(points):
-        dominated = any(
-            (s2 >= s and t2 <= t) and (s2 > s or t2 < t)
-            for j, (s2, t2) in enumerate(points)
-            if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return front
+def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
+    """Optuna's own plots of the study, as PNG files in `folder`.
 
-
-def plot_pareto(outcome: TuneOutcome, path: Path) -> None:
-    """Validation objective vs tokens per user, one point per trial, the front joined."""
+    The Pareto front (with tokens per user as the second objective) or the optimization
+    history, and each option's values against the objective (`plot_slice`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as oplt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    points = [(r["objective"], r["tokens_per_user"] or 0.0) for r in outcome.trials]
-    front = sorted(pareto_front(points), key=lambda i: points[i][1])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter([p[1] for p in points], [p[0] for p in points], color="0.6", label="trial")
-    ax.plot(
-        [points[i][1] for i in front],
-        [points[i][0] for i in front],
-        "o-",
-        color="C3",
-        label="Pareto front",
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"validation {outcome.objective.label}", "tokens per user"]
+    figures: dict[str, Any] = {}
+    if len(study.directions) == 2:
+        figures["pareto.png"] = oplt.plot_pareto_front(study, target_names=names)
+    else:
+        figures["history.png"] = oplt.plot_optimization_history(study, target_name=names[0])
+    figures["slice.png"] = oplt.plot_slice(
+        study,
+        params=outcome.params,
+        target=(lambda t: t.values[0]) if len(study.directions) == 2 else None,
+        target_name=names[0],
     )
-    for i in front:
-        r = outcome.trials[i]
-        ax.annotate(
-            f"({r['update_freq']},{r['short_term_len']},{r['top_k']})",
-            (points[i][1], points[i][0]),
-            fontsize=7,
-            textcoords="offset points",
-            xytext=(4, 4),
+    written = []
+    for name, axes in figures.items():
+        first = axes.flat[0] if hasattr(axes, "flat") else axes
+        fig: Any = first.figure
+        fig.suptitle(f"study {outcome.study_name}", fontsize=9)
+        fig.set_size_inches(
+            max(6.0, 3.2 * len(outcome.params)) if name == "slice.png" else 6.4, 4.2
         )
-    ax.set(
-        xlabel="tokens per user",
-        ylabel=f"validation {outcome.objective.label}",
-        title=f"{outcome.study_name}: AWE-(freq, ns, topk)",
-    )
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        fig.tight_layout()
+        fig.savefig(folder / name, dpi=110)
+        plt.close(fig)
+        written.append(folder / name)
+    return written
 
 
-def format_outcome(outcome: TuneOutcome) -> str:
+def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
+    """The study's trials on the validation users (the objective first), then its best trial.
+
+    `fmt`: aligned text within 100 columns (`table`), the trials' table alone as CSV (`csv`), or
+    Markdown (`md`). An undefined number is `n/a`.
+    """
+    import textwrap
+
+    from memloop.core.tables import WIDTH, format_number, metric_column
+
+    objective = outcome.objective.value
     best = {r["number"] for r in outcome.best}
     rows = [
         [
             f"{r['number']}{'*' if r['number'] in best else ''}",
-            r["update_freq"],
-            r["short_term_len"],
-            r["top_k"],
+            *(r.get(k) for k in outcome.params),
             r["objective"],
-            r["overall"],
-            r["factual_recall"],
-            None if r["tokens_per_user"] is None else round(r["tokens_per_user"]),
+            r.get("overall"),
+            r.get("factual_recall"),
+            None if r.get("tokens_per_user") is None else round(r["tokens_per_user"]),
         ]
         for r in outcome.trials
     ]
+    headers = [
+        "trial",
+        *outcome.params,
+        metric_column(objective, objective=True),
+        metric_column("overall"),
+        metric_column("factual_recall"),
+        "tokens/user",
+    ]
+    table = format_table(headers, rows, align="r" * len(headers), fmt=fmt)
+    if fmt == "csv":
+        return table
     head = (
         f"study {outcome.study_name} ({outcome.storage}): {len(outcome.trials)} finished "
         f"trials, {outcome.added} added now"
@@ -579,33 +742,28 @@ def format_outcome(outcome: TuneOutcome) -> str:
         head += f", {outcome.rerun} run again after a Ctrl-C"
     lines = [
         head,
-        format_table(
-            [
-                "trial",
-                "update_freq",
-                "short_term_len",
-                "top_k",
-                f"val {outcome.objective.label}",
-                "val overall",
-                "val recall",
-                "tokens/user",
-            ],
-            rows,
-            align="r" * 8,
-        ),
+        "each trial on the validation users:",
+        table,
         "* best trial(s) on validation users"
-        + (f" (Pareto front: {outcome.objective.label} vs tokens)" if len(best) > 1 else ""),
+        + (f" (Pareto front: {metric_column(objective)} vs tokens)" if len(best) > 1 else ""),
     ]
     if outcome.exhausted:
         lines.append("the grid is exhausted: every setting has a complete trial")
     lines.extend(outcome.notes)
     if outcome.test is not None:
         t = outcome.test
+        others = ("memory_score", "overall", "factual_recall")
+        shown = [objective, *(m for m in others if m != objective)]
+        numbers = ", ".join(f"{metric_column(m)} {format_number(t.get(m))}" for m in shown)
         lines.append(
-            f"best trial {t['trial']} ({t['update_freq']}, {t['short_term_len']}, {t['top_k']}) "
-            f"on {t['users']} test users: memory score {t['memory_score']}, overall "
-            f"{t['overall']:.3f}, recall {t['factual_recall']}"
+            f"best trial {t['trial']} ({', '.join(str(t[k]) for k in outcome.params)}) "
+            f"on {t['users']} test users: {numbers}"
         )
-    if outcome.pareto_plot is not None:
-        lines.append(f"Pareto front plot: {outcome.pareto_plot}")
-    return "\n".join(lines)
+    if outcome.plots:
+        lines.append("Optuna's plots: " + ", ".join(str(p) for p in outcome.plots))
+    if fmt == "md":
+        return "\n\n".join(lines)
+    return "\n".join(
+        line if line in (head, table) else textwrap.fill(line, WIDTH, subsequent_indent="  ")
+        for line in lines
+    )

@@ -20,16 +20,24 @@ from memloop.llm.roles import RoleClients
 def load_environment(spec: Any) -> tuple[list[UserItem], dict[str, Any]]:
     """The items of an environment spec (`path` or `procedural`) and their description.
 
-    A data file is described by its path and sha256; a procedural environment by its arguments
-    and the sha256 of the catalogue it draws from, so an edited catalogue is a new environment.
+    A data file is described by its name and sha256 (no machine path: a moved or copied file
+    with the same contents is the same environment), an hf:// reference by the reference and
+    its file's sha256; a procedural environment by its arguments and the sha256 of the
+    catalogue it draws from, so an edited catalogue is a new environment.
     """
     if spec.path:
-        local = local_path(spec.path)  # an hf:// reference: its file in the Hugging Face cache
-        return load_items(local), {"path": spec.path, "sha256": file_sha256(local)}
+        return load_items(local_path(spec.path)), describe_data_file(spec.path)
     from memloop.environment.procedural import ProceduralSpec, generate_procedural
 
     args = spec.procedural.model_dump()
     return generate_procedural(**args), {"procedural": ProceduralSpec(**args).describe()}
+
+
+def describe_data_file(path: str | Path) -> dict[str, str]:
+    """A data file in a run's identity: its name (an hf:// reference as it is) and sha256."""
+    local = local_path(str(path))  # an hf:// reference: its file in the Hugging Face cache
+    text = str(path)
+    return {"path": text if "://" in text else Path(text).name, "sha256": file_sha256(local)}
 
 
 def load_policy(path: str | Path, tracking_uri: str | None = None) -> Any:

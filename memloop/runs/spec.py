@@ -15,8 +15,8 @@ the key, so an upgrade resumes a run, and never a secret.
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -119,10 +119,15 @@ class RunSpec(BaseModel):
     # -- MLflow --------------------------------------------------------------------------------
 
     def params(self) -> dict[str, str]:
-        """Flat MLflow params `spec.<field>[.<sub>...]`: texts, else JSON; long ones as a sha256."""
+        """Flat MLflow params `spec.<field>[.<sub>...]`: texts, else JSON; long ones as a sha256.
+
+        An unset value (None) is no param: MLflow's table shows it empty, not as "null".
+        """
         out: dict[str, str] = {}
 
         def add(prefix: str, value: Any) -> None:
+            if value is None:
+                return
             if isinstance(value, dict) and value:
                 for k, v in value.items():
                     add(f"{prefix}.{k}", v)
@@ -146,8 +151,8 @@ class RunSpec(BaseModel):
             tags["memloop.feedback_mode"] = self.mode
         if self.objective is not None:
             tags["memloop.objective"] = self.objective
-        if self.optimizer is not None:
-            tags["memloop.optimizer"] = str(self.optimizer.get("name"))
+        if self.optimizer is not None and self.optimizer.get("name") is not None:
+            tags["memloop.optimizer"] = str(self.optimizer["name"])
         return tags
 
     # -- spec.json -----------------------------------------------------------------------------

@@ -284,6 +284,68 @@ class _Client:
     def __init__(self, inner: Any, tracking_uri: str) -> None:
         self._inner = inner
         self._tracking_uri = tracking_uri
+        self._roots: dict[str, Any] = {}
+
+    # -- artifacts of a moved sqlite store ------------------------------------------------------
+    # MLflow records a file store's artifact locations as absolute paths (create_experiment
+    # resolves a relative one), so a moved `mlruns/` folder kept its artifacts but lost the
+    # way to them. For a run whose recorded folder is gone, these four methods use the same
+    # place under the store's own folder (<store folder>/artifacts/<experiment>/<run>/artifacts),
+    # through MLflow's own artifact repository. The MLflow UI still reads the recorded path.
+
+    def _moved_repo(self, run_id: str) -> Any:
+        if run_id not in self._roots:
+            self._roots[run_id] = self._find_moved(run_id)
+        return self._roots[run_id]
+
+    def _find_moved(self, run_id: str) -> Any:
+        db = sqlite_file(self._tracking_uri, create_folder=False)
+        if db is None:
+            return None
+        with store_errors(self._tracking_uri):
+            uri = self._inner.get_run(run_id).info.artifact_uri
+        if not uri.startswith("file:"):
+            return None
+        from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+        from mlflow.utils.file_utils import local_file_uri_to_path
+
+        recorded = Path(local_file_uri_to_path(uri))
+        tail = recorded.parts[-4:]  # artifacts/<experiment>/<run id>/artifacts
+        if recorded.exists() or len(tail) < 4 or tail[0] != "artifacts":
+            return None
+        here = db.parent.resolve().joinpath(*tail)
+        if here == recorded or not here.parent.parent.is_dir():
+            return None
+        return LocalArtifactRepository(here.as_uri())
+
+    def list_artifacts(self, run_id: str, path: str | None = None) -> Any:
+        repo = self._moved_repo(run_id)
+        if repo is None:
+            return self.__getattr__("list_artifacts")(run_id, path)
+        return repo.list_artifacts(path)
+
+    def download_artifacts(self, run_id: str, path: str, dst_path: str | None = None) -> Any:
+        repo = self._moved_repo(run_id)
+        if repo is None:
+            return self.__getattr__("download_artifacts")(run_id, path, dst_path)
+        return repo.download_artifacts(path, dst_path)
+
+    def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        repo = self._moved_repo(run_id)
+        if repo is None:
+            return self.__getattr__("log_artifact")(run_id, local_path, artifact_path)
+        return repo.log_artifact(local_path, artifact_path)
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        repo = self._moved_repo(run_id)
+        if repo is None:
+            return self.__getattr__("log_text")(run_id, text, artifact_file)
+        import tempfile
+
+        folder, _, name = artifact_file.rpartition("/")
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+            repo.log_artifact(str(Path(tmp) / name), folder or None)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
@@ -760,6 +822,16 @@ def log_metrics(mlc, run_id: str, metrics: dict[str, float | None], step: int) -
 def log_text(mlc, run_id: str, text: str, artifact_file: str) -> None:
     with store_errors(_uri(mlc)):
         mlc.log_text(run_id, text, artifact_file)
+
+
+def log_figure(mlc, run_id: str, paths: list[Path], artifact_path: str = "figures") -> None:
+    """Each file of `paths` as an artifact of run `run_id` under `artifact_path`.
+
+    By run id: the run may have ended. A file logged again replaces the earlier one.
+    """
+    with store_errors(_uri(mlc)):
+        for path in paths:
+            mlc.log_artifact(run_id, str(path), artifact_path)
 
 
 def prompt_name(*parts: str) -> str:

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+
+def all_parsers(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ("memloop",)
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """(command path, parser) of `parser` (the program's) and every sub-command, depth first."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from all_parsers(sub, (*path, name))
 
 
 def eval_argv(

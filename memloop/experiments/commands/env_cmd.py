@@ -9,6 +9,7 @@ import sys
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_table
+from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
 
 _PROCEDURAL_EPILOG = """\
 Each user gets QUESTIONS x STATES_PER_QUESTION distinct state variables drawn from the built-in
@@ -23,7 +24,12 @@ every later period changes exactly CHANGES_PER_PERIOD variables. Same arguments,
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    env = sub.add_parser("env", help="build, validate and check environments (data.json)")
+    env = sub.add_parser(
+        "env",
+        help="build, validate and check environments (data.json)",
+        description="Environments: simulated users in the published AMemGym data.json format.",
+        example="memloop env procedural --users 6 --out data.json",
+    )
     env_sub = env.add_subparsers(dest="env_command", metavar="SUBCOMMAND", required=True)
 
     validate = env_sub.add_parser(
@@ -31,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check a data.json file and print its size, or every problem found",
         description="Check a data.json file in the published AMemGym format. A valid file prints a "
         "summary; otherwise every problem is printed with its JSON path and the exit code is 2.",
+        example="memloop env validate data.json",
     )
     validate.add_argument(
         "path", metavar="PATH", help="the data.json file (or hf://OWNER/NAME) to check"
@@ -44,44 +51,42 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate simulated users in the published data.json format from a "
         "hand-written catalogue of life domains, without any LLM.",
         epilog=_PROCEDURAL_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        example="memloop env procedural --users 6 --periods 2 --out data.json",
     )
-    procedural.add_argument("--users", type=int, default=3, help="number of users (default 3)")
+    procedural.add_argument("--users", type=int, default=3, help="number of users")
     procedural.add_argument(
-        "--periods", type=int, default=4, help="update periods after the initial one (default 4)"
+        "--periods", type=int, default=4, help="update periods after the initial one"
     )
-    procedural.add_argument(
-        "--questions", type=int, default=4, help="questions per user (default 4)"
-    )
+    procedural.add_argument("--questions", type=int, default=4, help="questions per user")
     procedural.add_argument(
         "--states-per-question",
         type=int,
         default=2,
-        help="state variables each question's answer depends on (default 2)",
+        help="state variables each question's answer depends on",
     )
     procedural.add_argument(
         "--choices-per-state",
         type=int,
         default=2,
-        help="values each state variable can take, 2-4 (default 2)",
+        help="values each state variable can take, 2-4",
     )
     procedural.add_argument(
         "--changes-per-period",
         type=int,
         default=2,
-        help="variables changed in every update period (default 2)",
+        help="variables changed in every update period",
     )
-    procedural.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    procedural.add_argument("--seed", type=int, default=0, help="random seed")
     procedural.add_argument(
         "--start-date",
         default="2020-10-01",
-        help="date of the initial state, YYYY-MM-DD (default 2020-10-01)",
+        help="date of the initial state, YYYY-MM-DD",
     )
     procedural.add_argument(
         "--months-per-period",
         type=int,
         default=3,
-        help="length of each update period in months (default 3)",
+        help="length of each update period in months",
     )
     procedural.add_argument(
         "--out", required=True, metavar="PATH", help="where to write the data.json file"
@@ -185,7 +190,8 @@ def _register_generate(env_sub: argparse._SubParsersAction) -> None:
         "questions, state schema, state evolution, life events, opening messages and "
         "personalised answers, with exposure and reflection checks.",
         epilog=_GENERATE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        example="memloop env generate memloop/experiments/env/base.yaml --users 1 --periods 1 "
+        "--questions 2 --out runs/env-llm",
     )
     generate.add_argument(
         "config", metavar="CONFIG", help="pipeline YAML, e.g. memloop/experiments/env/base.yaml"
@@ -199,9 +205,7 @@ def _register_generate(env_sub: argparse._SubParsersAction) -> None:
     generate.add_argument("--users", type=int, help="override the number of users")
     generate.add_argument("--periods", type=int, help="override the number of update periods")
     generate.add_argument("--questions", type=int, help="override the questions per user")
-    generate.add_argument(
-        "--endpoint", metavar="FILE", help="endpoint YAML (overrides the config's)"
-    )
+    add_endpoint_options(generate, "endpoint YAML (overrides the config's)")
     generate.add_argument(
         "--personas",
         metavar="PATH",
@@ -237,9 +241,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         questions=args.questions,
         personas=args.personas,
     )
-    endpoint = Endpoint.from_yaml(args.endpoint) if args.endpoint else config.endpoint_config()
-    if args.endpoint:
-        config = config.model_copy(update={"endpoint": str(args.endpoint)})
+    ref = endpoint_ref(args)
+    if isinstance(ref, Endpoint):  # --model: the config names it as an inline endpoint mapping
+        endpoint = ref
+        config = config.model_copy(update={"endpoint": ref.model_dump(exclude_defaults=True)})
+    elif ref:
+        endpoint = Endpoint.from_yaml(ref)
+        config = config.model_copy(update={"endpoint": str(ref)})
+    else:
+        endpoint = config.endpoint_config()
     cache = "default" if args.cache is None else (None if args.cache == "none" else args.cache)
     client = ChatClient(endpoint, cache=cache)
     try:
@@ -280,15 +290,12 @@ def _register_check(env_sub: argparse._SubParsersAction) -> None:
         description="For every session, a checker LLM that sees only the opening utterance "
         "predicts the values of the session's exposed variables; prints the agreement "
         "rate per user and overall (an automatic version of the paper's human check).",
+        example="memloop env check data.json --users 2 --model local-0.5b",
     )
     check.add_argument(
         "path", metavar="PATH", help="the data.json file (or hf://OWNER/NAME) to check"
     )
-    check.add_argument(
-        "--endpoint",
-        metavar="FILE",
-        help="the checker's endpoint YAML (default: the embedded model)",
-    )
+    add_endpoint_options(check, "the checker's endpoint YAML (default: the embedded model)")
     check.add_argument("--users", type=int, metavar="N", help="only the first N users")
     check.add_argument("--json", metavar="OUT", help="also write every session's result here")
     check.set_defaults(func=cmd_check)
@@ -302,7 +309,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from memloop.llm.endpoint import load_endpoint
 
     items = load_items(args.path)[: args.users] if args.users else load_items(args.path)
-    client = ChatClient(load_endpoint(args.endpoint))
+    client = ChatClient(load_endpoint(endpoint_ref(args)))
     report = check_exposure(items, client)
     rows = []
     for item in items:
@@ -353,7 +360,7 @@ def _register_pull(env_sub: argparse._SubParsersAction) -> None:
         "data is AGI-Eval/AMemGym (its file v1.base/data.json is what hf://AGI-Eval/AMemGym "
         "loads).",
         epilog=_PULL_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        example="HF_HUB_OFFLINE=0 memloop env pull AGI-Eval/AMemGym",
     )
     pull.add_argument("name", metavar="NAME", help="dataset, e.g. AGI-Eval/AMemGym")
     pull.set_defaults(func=cmd_pull)

@@ -8,7 +8,15 @@ conversations an earlier eval recorded; `--record-only` records conversations an
 from __future__ import annotations
 
 import argparse
+import sys
+import textwrap
 from pathlib import Path
+
+from memloop.experiments.commands.options import (
+    add_endpoint_options,
+    add_format_option,
+    endpoint_ref,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run on-policy episodes with probes after every period and "
         "score them. Rerunning a finished eval resumes from its checkpoints and "
         "makes no model call.",
+        example="memloop eval --env data.json --policy memloop/experiments/policies/native.yaml "
+        "--model local-0.5b --users 1 --periods 2 --out runs/eval-native",
     )
     p.add_argument("--env", required=True, metavar="PATH", help="data.json environment file")
     p.add_argument(
@@ -34,11 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="P",
         help="only the first P periods (period 0, the initial one, counts)",
     )
-    p.add_argument(
-        "--endpoint",
-        metavar="FILE",
-        help="the assistant's endpoint YAML (default: the embedded model)",
-    )
+    add_endpoint_options(p, "the assistant's endpoint YAML (default: the embedded model)")
     p.add_argument(
         "--sim-endpoint",
         metavar="FILE",
@@ -54,7 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--rounds-update", type=int, default=2, help="rounds per session in later periods"
     )
     p.add_argument("--parallel-users", type=int, default=2, help="users run concurrently")
-    p.add_argument("--cache", metavar="PATH", help="response cache file")
+    p.add_argument(
+        "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
+    )
     p.add_argument(
         "--force",
         action="store_true",
@@ -76,6 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "assistant replies to each user message alone (no memory, as a policy with "
         "reply_memory: false), no memory is written and nothing is probed or scored",
     )
+    add_format_option(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_eval)
 
 
@@ -88,8 +98,8 @@ def positive(name: str, value: int | None) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
-    from memloop.core.files import file_sha256, json_sha256
-    from memloop.environment.datafile import load_items, local_path
+    from memloop.core.files import json_sha256
+    from memloop.environment.datafile import load_items
     from memloop.environment.episode import requests_sent, run_episodes
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
@@ -97,7 +107,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.feedback.report import format_metrics
     from memloop.policies import build_policy, policy_prompts, recorder_config
     from memloop.runs.folder import open_run_folder
-    from memloop.runs.inputs import load_policy, roles
+    from memloop.runs.inputs import describe_data_file, load_policy, roles
     from memloop.runs.spec import RunSpec
 
     for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
@@ -118,7 +128,7 @@ def run_eval(args: argparse.Namespace) -> int:
             raise UserError("--record-only records conversations; it cannot also --replay one")
         config = recorder_config(config)
     clients = roles(
-        args.endpoint, args.sim_endpoint, args.checker_endpoint, cache=args.cache or "default"
+        endpoint_ref(args), args.sim_endpoint, args.checker_endpoint, cache=args.cache or "default"
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -132,7 +142,7 @@ def run_eval(args: argparse.Namespace) -> int:
         replay_from = check_recording(items, args.replay, periods)
     spec = RunSpec(
         kind="eval",
-        environment={"path": str(args.env), "sha256": file_sha256(local_path(args.env))},
+        environment=describe_data_file(args.env),
         users={"eval": [it.id for it in items]},
         policy=config.model_dump(mode="json"),
         # the prompts it starts from: an edited default prompt is another run
@@ -157,6 +167,8 @@ def run_eval(args: argparse.Namespace) -> int:
                 sim_config=sim_config,
                 periods=periods,
                 max_users_in_parallel=args.parallel_users,
+                progress=not args.no_progress,
+                label=f"record {config.display_name}",
             )
             done = sum(len(e.records) for e in episodes)
             print(f"recorded {len(episodes)} users, {done} periods in {out / 'episodes'}")
@@ -172,12 +184,25 @@ def run_eval(args: argparse.Namespace) -> int:
             periods=periods,
             max_users_in_parallel=args.parallel_users,
             replay_from=replay_from,
+            progress=not args.no_progress,
+            label=f"eval {config.display_name}",
         )
-    print(format_metrics(result.metrics))
+    from memloop.feedback.objective import Objective
+
+    # the measure the agent's runs are ranked on by default comes first
+    first = Objective.default_for(clients.agent.endpoint.is_local).value
+    print(format_metrics(result.metrics, args.format, first=first))
+    info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
     for note in result.metrics.get("warnings", []):
-        print(f"warning: {note}")
-    print(f"new model requests this run: {result.new_requests}")
-    print(f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}")
+        wrapped = textwrap.fill(
+            f"warning: {note}", 100, subsequent_indent="  ", break_on_hyphens=False
+        )
+        print(wrapped, file=info)
+    print(f"new model requests this run: {result.new_requests}", file=info)
+    print(
+        f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}",
+        file=info,
+    )
     return junk_verdict(result.metrics)
 
 
@@ -194,8 +219,6 @@ def junk_verdict(metrics: dict) -> int:
     Unparsed answers are scored as `format` failures (never memory failures) and are never
     cached, so a rerun after fixing the endpoint asks them again.
     """
-    import sys
-
     asked, junk = metrics.get("questions", 0), metrics.get("json_errors", 0)
     if not asked or junk / asked <= JUNK_SHARE:
         return 0

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(overall_results.json, diagnosis_results.json) and write memloop's records.jsonl and "
         "metrics.json. The memory score needs the published upper-bound run (--upper-bound). "
         "Nothing is written when a file is missing or malformed.",
+        example="memloop import-amemgym tests/data/amemgym_run --upper-bound "
+        "tests/data/amemgym_ub_run --out runs/imported",
     )
     p.add_argument(
         "run_dir",
@@ -109,7 +111,7 @@ def format_import(metrics: dict[str, Any]) -> str:
         f"imported {metrics['users']} users, {metrics['questions']} answers "
         f"from {source['run_dir']}",
         format_table(headers, rows, align="r" * len(headers)),
-        "published = the published code's accuracy (a random option for an unparsed answer); "
+        "published = the published code's accuracy (a random option for an unparsed answer);",
         "n/a = not in the published files",
     ]
     return "\n".join(lines)

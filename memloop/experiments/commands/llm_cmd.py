@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
+
 CHECK_SCHEMA = {
     "type": "object",
     "properties": {
@@ -29,14 +31,21 @@ CHECK_MESSAGES = [
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    llm = sub.add_parser("llm", help="model endpoints")
+    llm = sub.add_parser(
+        "llm",
+        help="model endpoints",
+        description="Model endpoints: check that one answers schema-constrained JSON.",
+        example="memloop llm check --model local-0.5b",
+    )
     llm_sub = llm.add_subparsers(dest="llm_command", metavar="SUBCOMMAND", required=True)
     check = llm_sub.add_parser(
-        "check", help="ask the endpoint for a small JSON object, then repeat it from the cache"
+        "check",
+        help="ask the endpoint for a small JSON object, then repeat it from the cache",
+        description="One schema-constrained call to the endpoint, then the same call again "
+        "(served from the response cache).",
+        example="memloop llm check --model local-0.5b",
     )
-    check.add_argument(
-        "--endpoint", metavar="FILE", help="endpoint YAML (default: the embedded local model)"
-    )
+    add_endpoint_options(check, "endpoint YAML (default: the embedded local model)")
     check.add_argument(
         "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
     )
@@ -45,9 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from memloop.llm.client import ChatClient
-    from memloop.llm.endpoint import Endpoint
+    from memloop.llm.endpoint import load_endpoint
 
-    endpoint = Endpoint.from_yaml(args.endpoint) if args.endpoint else Endpoint()
+    endpoint = load_endpoint(endpoint_ref(args))
     client = ChatClient(endpoint, cache=args.cache or "default")
     print(f"endpoint: {endpoint.base_url}  model: {endpoint.model}")
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from memloop.core.settings import DEFAULT_TRACKING_URI
+from memloop.experiments.commands.options import add_format_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Cycles of episodes -> probes -> feedback summary -> evolver "
         "-> new prompts, logged to MLflow. A killed run, started again, "
         "continues the same MLflow run from its last finished cycle.",
+        example="memloop evolve memloop/experiments/evolve/complete.yaml --cycles 2",
     )
     ev.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/evolve/complete.yaml")
     ev.add_argument("--cycles", type=int, help="override the number of cycles")
@@ -45,13 +47,22 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         description="Adds `trials` trials to the study named in the YAML "
         "(rerunning grows the same study); the paper's default (2, 4, 30) is "
         "the first trial. Prints the best trials.",
+        example="memloop tune memloop/experiments/tune/awe.yaml --trials 1 --format md",
     )
     tu.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/tune/awe.yaml")
     tu.add_argument("--trials", type=int, help="override the number of trials to add")
-    tu.add_argument("--no-progress", action="store_true")
+    add_format_option(tu)
+    tu.add_argument("--no-progress", action="store_true", help="no progress bars")
     tu.set_defaults(func=run_tune_cmd)
 
-    cmp = sub.add_parser("compare", help="compare the runs of an MLflow experiment")
+    cmp = sub.add_parser(
+        "compare",
+        help="compare the runs of an MLflow experiment",
+        description="Each run's prompt selected on validation users, its numbers on the test "
+        "users, and each condition paired with the baseline on the same users; then the prompt "
+        "diff of one run.",
+        example="memloop compare --experiment feedback-modes --format md",
+    )
     cmp.add_argument("--experiment", required=True, help="MLflow experiment name")
     cmp.add_argument(
         "--run", help="run name or id whose first/best prompt diff to show (default: the best run)"
@@ -72,8 +83,8 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     cmp.add_argument(
         "--tracking-uri",
         default=DEFAULT_TRACKING_URI,
-        help="the MLflow store evolve logged to (default: %(default)s); it is only read: a "
-        "store that does not exist is refused, never created",
+        help="the MLflow store evolve logged to; it is only read: a store that does not exist is "
+        "refused, never created",
     )
     cmp.add_argument(
         "--plot",
@@ -81,6 +92,7 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         help="also plot memory score, state accuracy and factual recall per cycle, one line per "
         "run",
     )
+    add_format_option(cmp)
     cmp.set_defaults(func=run_compare_cmd)
 
     ex = sub.add_parser(
@@ -88,8 +100,7 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         help="write an evolve run's prompts as text, a mem0 config or a DSPy program",
         description="Writes the prompts of the cycle selected on validation users (or --cycle) "
         "with where they came from (run, cycle, validation and test score, commit).",
-        epilog="example: memloop export runs/demo/complete-reflective --format mem0 "
-        "--out mem0_prompts.json",
+        example="memloop export awi-2-4-complete-reflective --out prompts.txt",
     )
     ex.add_argument(
         "run", metavar="RUN", help="a run folder of `memloop evolve`, or an MLflow run name or id"
@@ -100,26 +111,30 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         default="text",
         help="text: the prompts; mem0: a MemoryConfig with custom_fact_extraction_prompt and "
         "custom_update_memory_prompt (AWE runs); dspy: the policy's program, for "
-        "program.load(FILE) (default: %(default)s)",
+        "program.load(FILE)",
     )
     ex.add_argument("--cycle", type=int, help="this cycle instead of the one selected")
     ex.add_argument("--out", required=True, metavar="FILE", help="the file to write")
     ex.add_argument(
         "--tracking-uri",
         default=DEFAULT_TRACKING_URI,
-        help="where to look for RUN when it is no folder (default: %(default)s); only read",
+        help="where to look for RUN when it is no folder; only read",
     )
     ex.set_defaults(func=run_export_cmd)
 
-    ui = sub.add_parser("ui", help="open the MLflow UI on 127.0.0.1 (works offline)")
-    ui.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
-    ui.add_argument("--port", type=int, default=5000, help="default: %(default)s")
+    ui = sub.add_parser(
+        "ui",
+        help="open the MLflow UI on 127.0.0.1 (works offline)",
+        description="Serve MLflow's web UI for a local store on 127.0.0.1 (Ctrl-C stops it).",
+        example="memloop ui --experiment feedback-modes",
+    )
+    ui.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="the MLflow store")
+    ui.add_argument("--port", type=int, default=5000, help="the port to listen on")
     ui.add_argument(
         "--workers",
         type=int,
         default=1,
-        help="server processes (default: %(default)s; MLflow's own default of 4 takes longer "
-        "to start and several GB)",
+        help="server processes (MLflow's own default of 4 takes longer to start and several GB)",
     )
     ui.add_argument("--experiment", help="print the address of this experiment's runs table")
     ui.set_defaults(func=run_ui_cmd)
@@ -135,25 +150,31 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
         if args.trials < 1:
             raise UserError(f"--trials must be at least 1 (got {args.trials})")
         config.trials = args.trials
-    print(format_outcome(run_tune(config, progress=not args.no_progress)))
+    print(format_outcome(run_tune(config, progress=not args.no_progress), args.format))
     return 0
 
 
 def run_compare_cmd(args: argparse.Namespace) -> int:
-    from memloop.optimize.compare import compare
+    import sys
+
+    from memloop.optimize.compare import compare, format_rows
 
     result = compare(args.tracking_uri, args.experiment, args.run, args.to, args.baseline)
-    print(result["table"])
-    print()
-    print(result["diff"])
+    info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
+    if args.format == "table":
+        print(result["table"])
+    else:
+        print(format_rows(result["rows"], args.format))
+    print(file=info)
+    print(f"```diff\n{result['diff']}\n```" if args.format == "md" else result["diff"], file=info)
     if args.plot:
         from pathlib import Path
 
         from memloop.optimize.compare import run_histories
         from memloop.optimize.plots import plot_cycles
 
-        plot_cycles(run_histories(result["rows"]), Path(args.plot), title=args.experiment)
-        print(f"\nplot: {args.plot}")
+        written = plot_cycles(run_histories(result["rows"]), Path(args.plot), title=args.experiment)
+        print(f"\nplot: {', '.join(str(p) for p in written)}", file=info)
     return 0
 
 

@@ -10,20 +10,28 @@ from __future__ import annotations
 import argparse
 import tempfile
 
+from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    policy = sub.add_parser("policy", help="policies: check one against the Policy contract")
+    policy = sub.add_parser(
+        "policy",
+        help="policies: check one against the Policy contract",
+        description="Memory policies: check one (built-in or plug-in) against the Policy contract.",
+        example="memloop policy check memloop/experiments/policies/native.yaml",
+    )
     policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
     check = policy_sub.add_parser(
         "check",
         help="run the Policy conformance suite on the policy a YAML file names "
         "(type: awi, or package.module:Class, or path/to/file.py:Class)",
+        description="Drive fresh instances of the policy a YAML file names through the Policy "
+        "contract's conformance suite; every broken promise is one line, exit code 2.",
+        example="memloop policy check memloop/experiments/policies/native.yaml",
     )
     check.add_argument("policy", metavar="FILE.yaml", help="policy YAML")
-    check.add_argument(
-        "--endpoint",
-        metavar="FILE",
-        help="endpoint YAML of the policy's model (default: the embedded local model)",
+    add_endpoint_options(
+        check, "endpoint YAML of the policy's model (default: the embedded local model)"
     )
     check.add_argument(
         "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
@@ -37,7 +45,7 @@ def run_check(args: argparse.Namespace) -> int:
     from memloop.runs.inputs import load_policy, roles
 
     config = load_policy(args.policy)
-    client = roles(args.endpoint, cache=args.cache or "default").agent
+    client = roles(endpoint_ref(args), cache=args.cache or "default").agent
     print(f"policy {config.display_name} ({args.policy}), model {client.endpoint.model}")
     with tempfile.TemporaryDirectory(prefix="memloop-policy-check-") as tmp:
         count = 0

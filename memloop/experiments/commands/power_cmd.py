@@ -12,6 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Power planning for a paired t test over users (the test behind compare's "
         "intervals), exact from the noncentral t distribution. With --effect: the fewest users "
         "that detect it; with --users: the smallest effect those users detect.",
+        example="memloop power --sd 0.15 --effect 0.1",
     )
     power.add_argument(
         "--sd",
@@ -22,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     power.add_argument("--effect", type=float, help="the true mean difference to detect")
     power.add_argument("--users", type=int, help="the number of users available")
-    power.add_argument("--power", type=float, default=0.8, help="default 0.8")
-    power.add_argument("--alpha", type=float, default=0.05, help="two-sided; default 0.05")
+    power.add_argument("--power", type=float, default=0.8, help="the chance to detect it")
+    power.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level")
     power.set_defaults(func=cmd_power)
 
 

@@ -8,18 +8,27 @@ diff; and a plot of memory score, state accuracy and factual recall per cycle.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from memloop.core.settings import DEFAULT_TRACKING_URI
-from memloop.core.tables import format_number, format_table
+from memloop.core.tables import format_number, format_table, metric_column, objective_first
+from memloop.experiments.commands.options import (
+    add_endpoint_options,
+    add_format_option,
+    endpoint_ref,
+)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser(
-        "quickstart", help="run a small end-to-end evolution experiment", description=__doc__
+        "quickstart",
+        help="run a small end-to-end evolution experiment",
+        description=__doc__,
+        example="memloop quickstart --cycles 1 --format md",
     )
     q.add_argument(
         "--config",
@@ -27,10 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="YAML",
         help="experiment file (default: memloop/experiments/quickstart.yaml)",
     )
-    q.add_argument(
-        "--endpoint",
-        metavar="FILE",
-        help="one endpoint for every role (default: the embedded model)",
+    add_endpoint_options(
+        q, "one endpoint for every role (default: the config's, the embedded models)"
     )
     q.add_argument("--cycles", type=int, help="override the number of cycles")
     q.add_argument("--tracking-uri", help=f"MLflow store (default: {DEFAULT_TRACKING_URI})")
@@ -38,9 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out",
         metavar="DIR",
         default="runs/quickstart",
-        help="run folders and the plot (default: runs/quickstart)",
+        help="run folders and the plot",
     )
-    q.add_argument("--no-progress", action="store_true")
+    add_format_option(q)
+    q.add_argument("--no-progress", action="store_true", help="no progress bars")
     q.set_defaults(func=run_quickstart)
 
 
@@ -52,6 +60,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     from memloop.optimize.plots import plot_cycles
 
     started = time.perf_counter()
+    endpoint = endpoint_ref(args)
     config = load_config(args.config, EvolveConfig)
     if args.cycles is not None:
         if args.cycles < 1:
@@ -64,34 +73,47 @@ def run_quickstart(args: argparse.Namespace) -> int:
         config.tracking_uri = args.tracking_uri
     config.out_dir = args.out
     from memloop.optimize.context import role_clients
+    from memloop.runs.inputs import roles
 
-    clients = role_clients(config.endpoints)
+    # --model: every role on that endpoint, as --endpoint with its file
+    clients = role_clients(config.endpoints) if args.model is None else roles(endpoint)
     outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
     evolving = [o for o in outcomes if o.evolver != "none"]
     shown = evolving[-1] if evolving else outcomes[-1]
     result = compare(config.tracking_uri, config.experiment_name, run=shown.run_id, to="last")
     plot = Path(args.out) / "quickstart.png"
     from memloop.optimize.compare import run_histories
+    from memloop.runs import tracker
 
-    plot_cycles(
+    figures = plot_cycles(
         run_histories(result["rows"]),
         plot,
         title=f"AWI prompt evolution ({config.experiment_name})",
     )
+    mlc = tracker.client(config.tracking_uri)
+    for row in result["rows"]:  # the comparison figure goes to every run it shows
+        tracker.log_figure(mlc, row.run_id, [p for p in figures if p.suffix in (".png", ".svg")])
+    from memloop.optimize.compare import format_rows
+
+    fmt = args.format
+    info = sys.stderr if fmt == "csv" else sys.stdout  # stdout: the CSV tables alone
     print()
-    print(per_cycle_table(result["rows"]))
+    print(per_cycle_table(result["rows"], fmt))
     print()
-    print(result["table"])
-    print()
-    print(result["diff"])
-    print()
-    print(detectable_line(result["rows"]))
-    print(f"\nplot: {plot}")
-    print(f"MLflow: {config.tracking_uri} (browse with `memloop ui`)")
+    print(result["table"] if fmt == "table" else format_rows(result["rows"], fmt))
+    print(file=info)
+    print(f"```diff\n{result['diff']}\n```" if fmt == "md" else result["diff"], file=info)
+    print(file=info)
+    print(detectable_line(result["rows"]), file=info)
+    print(f"\nplot: {plot}", file=info)
+    print(f"MLflow: {config.tracking_uri} (browse with `memloop ui`)", file=info)
     cache = clients.agent.cache
     if cache is not None:
-        print(f"model responses this run: {cache.stores} new, {cache.hits} from the response cache")
-    print(f"wall time: {time.perf_counter() - started:.0f} s")
+        print(
+            f"model responses this run: {cache.stores} new, {cache.hits} from the response cache",
+            file=info,
+        )
+    print(f"wall time: {time.perf_counter() - started:.0f} s", file=info)
     return 0
 
 
@@ -132,26 +154,45 @@ def detectable_line(rows) -> str:
     )
 
 
-def per_cycle_table(rows) -> str:
-    """Memory score / state accuracy / factual recall per cycle on the headline users, per run."""
+def per_cycle_table(rows, fmt: str = "table") -> str:
+    """The objective's measure, then memory score and factual recall, per cycle and run.
+
+    On the headline users. As text one cell per cycle (`0.50 / n/a / 0.25`); as CSV or Markdown
+    one row per run and cycle, a column per measure.
+    """
+    from memloop.optimize.compare import shared_objective
+
+    objective = shared_objective(rows) if rows else None
+    metrics = objective_first(("memory_score", "state_accuracy", "factual_recall"), objective)
+    heads = [metric_column(m, objective=m == objective) for m in metrics]
+    split = rows[0].split if rows else "test"
+
+    def name(r) -> str:
+        return r.condition + (f" r{r.repeat}" if r.repeat else "")
+
+    if fmt != "table":
+        long = [
+            [name(r), c.cycle, *(c.score(r.split, m) for m in metrics)]
+            for r in rows
+            for c in r.records
+        ]
+        table = format_table(["condition", "cycle", *heads], long, digits=2, fmt=fmt)
+        if fmt == "csv":
+            return table
+        return f"{' / '.join(heads)} per cycle on the {split} users:\n\n{table}"
     cycles = max((r.cycles for r in rows), default=0)
 
     def cell(value: float | None) -> str:
         return format_number(value, 2)
 
     cells = [
-        [r.feedback_mode]
-        + [
-            f"{cell(c.score(r.split))} / {cell(c.score(r.split, 'state_accuracy'))} / "
-            f"{cell(c.score(r.split, 'factual_recall'))}"
-            for c in r.records
-        ]
+        [name(r)]
+        + [" / ".join(cell(c.score(r.split, m)) for m in metrics) for c in r.records]
         + [""] * (cycles - r.cycles)
         for r in rows
     ]
-    split = rows[0].split if rows else "test"
     lines = [
-        f"memory score / state accuracy / factual recall per cycle on the {split} users",
-        format_table(["feedback"] + [f"cycle {k}" for k in range(cycles)], cells),
+        f"{' / '.join(heads)} per cycle on the {split} users:",
+        format_table(["condition"] + [f"cycle {k}" for k in range(cycles)], cells),
     ]
     return "\n".join(lines)

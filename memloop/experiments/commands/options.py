@@ -1,0 +1,101 @@
+"""Options several commands share, each defined once.
+
+`--format`, and the endpoint options: `--endpoint FILE`, or `--model NAME [--base-url URL]
+[--api-key-env VAR]` without a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from memloop.core.errors import UserError
+from memloop.core.tables import FORMATS
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="how result tables are printed: aligned text (fits 100 columns), CSV (the tables "
+        "only, other lines go to stderr) or Markdown",
+    )
+
+
+def add_endpoint_options(parser: argparse.ArgumentParser, endpoint_help: str) -> None:
+    """`--endpoint FILE` (help: `endpoint_help`) and the options that replace the file."""
+    parser.add_argument("--endpoint", metavar="FILE", help=endpoint_help)
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help="try a model without an endpoint file: the same as an endpoint YAML holding "
+        "`model: NAME` and `base_url: URL` (without --base-url, the embedded model: local-1.5b "
+        "or local-0.5b); not with --endpoint",
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the OpenAI-compatible server of --model, e.g. https://api.openai.com/v1 or "
+        "http://127.0.0.1:8000/v1",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help=f"the environment variable holding --model's API key (default: {DEFAULT_KEY_ENV} "
+        "when it is set, else no key); the key itself is never printed or stored",
+    )
+
+
+def endpoint_ref(args: argparse.Namespace) -> Any:
+    """What `add_endpoint_options` asked for: --endpoint's file, --model's Endpoint, or None.
+
+    --model's Endpoint is the one the endpoint YAML with those fields gives; None is the
+    command's default. One-line errors for --model with --endpoint, and for --base-url or
+    --api-key-env without --model.
+    """
+    model, base_url, key_env = args.model, args.base_url, args.api_key_env
+    if model is None:
+        for flag, value in (("--base-url", base_url), ("--api-key-env", key_env)):
+            if value is not None:
+                raise UserError(f"{flag} goes with --model: give --model NAME too")
+        return args.endpoint
+    if args.endpoint:
+        raise UserError(
+            "--model and --endpoint: give one (--endpoint FILE names the model in a file; "
+            "--model NAME [--base-url URL] is the same endpoint without one)"
+        )
+    return model_endpoint(model, base_url, key_env)
+
+
+def model_endpoint(model: str, base_url: str | None, key_env: str | None) -> Any:
+    """The Endpoint of `--model/--base-url/--api-key-env`.
+
+    An endpoint YAML's fields, validated as one (llm.endpoint.Endpoint.from_mapping), so the
+    run's identity is that file's.
+    """
+    from memloop.llm.endpoint import LOCAL, Endpoint
+    from memloop.llm.model_files import MODEL_ALIASES
+
+    if base_url in (None, LOCAL) and model not in MODEL_ALIASES:
+        known = ", ".join(sorted(MODEL_ALIASES))
+        raise UserError(
+            f"--model {model}: not a model of the embedded server ({known}); give --base-url URL "
+            "for a model served elsewhere (e.g. https://api.openai.com/v1)"
+        )
+    fields: dict[str, Any] = {"model": model}
+    if base_url is not None and base_url != LOCAL:
+        fields["base_url"] = base_url
+        if key_env is None and os.environ.get(DEFAULT_KEY_ENV):
+            key_env = DEFAULT_KEY_ENV
+    if key_env is not None:
+        fields["api_key_env"] = key_env
+    return Endpoint.from_mapping(fields, "--model/--base-url/--api-key-env")
+
+
+def endpoint_fields(endpoint: Any) -> dict[str, Any]:
+    """The fields of an Endpoint made from --model, as the endpoint YAML would hold them."""
+    return endpoint.model_dump(exclude_defaults=True)

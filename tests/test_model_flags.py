@@ -1,0 +1,168 @@
+"""`--model NAME [--base-url URL] [--api-key-env VAR]`: trying a model needs no endpoint file.
+
+The endpoint they make is the one an endpoint YAML with those fields gives: the same run
+identity (spec, key, MLflow params), the same requests; and the options combine in one way only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import memloop
+from memloop.environment.datafile import save_items
+from memloop.environment.procedural import generate_procedural
+from memloop.experiments.cli import main
+from memloop.runs.spec import RunSpec
+from memloop.testing import FakeOpenAIServer, schema_valid_reply
+
+NATIVE = Path(memloop.__file__).parent / "experiments" / "policies" / "native.yaml"
+CANARY = "sk-memloop-model-flag-canary-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def no_key_in_the_environment(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeOpenAIServer(reply=schema_valid_reply) as server:
+        yield server
+
+
+@pytest.fixture
+def env_file(tmp_path) -> Path:
+    path = tmp_path / "env.json"
+    save_items(generate_procedural(users=2, periods=1, questions=1, seed=0), path)
+    return path
+
+
+def eval_argv(env: Path, out: Path, cache: Path, *endpoint: str) -> list[str]:
+    return [
+        "eval",
+        "--env",
+        str(env),
+        "--policy",
+        str(NATIVE),
+        "--out",
+        str(out),
+        "--cache",
+        str(cache),
+        "--no-progress",
+        *endpoint,
+    ]
+
+
+def spec_of(out: Path) -> RunSpec:
+    spec = RunSpec.from_document(json.loads((out / "spec.json").read_text()))
+    assert spec is not None
+    return spec
+
+
+def test_eval_with_model_and_base_url_runs_and_records_that_model(tmp_path, env_file, fake, capsys):
+    before = len(fake.requests)
+    flags = ("--model", "fake-model", "--base-url", fake.base_url)
+    assert main(eval_argv(env_file, tmp_path / "flags", tmp_path / "c.sqlite", *flags)) == 0
+    assert "wrote" in capsys.readouterr().out
+    sent = fake.requests[before:]
+    assert sent and {body["model"] for body in sent} == {"fake-model"}
+    spec = spec_of(tmp_path / "flags")
+    for role in ("agent", "user_sim", "checker", "optimizer"):  # every role: the agent's
+        assert spec.endpoints[role]["model"] == "fake-model"
+        assert spec.endpoints[role]["base_url"] == fake.base_url
+
+    # the equivalent endpoint file: the same run (spec, key, MLflow params), on a fresh cache
+    yaml_file = tmp_path / "endpoint.yaml"
+    yaml_file.write_text(f"model: fake-model\nbase_url: {fake.base_url}\n")
+    out = tmp_path / "file"
+    assert main(eval_argv(env_file, out, tmp_path / "c2.sqlite", "--endpoint", str(yaml_file))) == 0
+    assert spec_of(out) == spec
+    assert spec_of(out).key() == spec.key() and spec_of(out).params() == spec.params()
+    # so the folder made with --model is resumed by the file, with no model call
+    before = len(fake.requests)
+    argv = eval_argv(env_file, tmp_path / "flags", tmp_path / "c.sqlite")
+    assert main([*argv, "--endpoint", str(yaml_file)]) == 0
+    assert len(fake.requests) == before
+
+
+def test_the_key_is_read_from_the_named_variable_and_never_written(
+    tmp_path, env_file, fake, monkeypatch, capsys
+):
+    monkeypatch.setenv("MEMLOOP_FLAG_KEY", CANARY)
+    before = len(fake.auth_headers)
+    argv = eval_argv(env_file, tmp_path / "out", tmp_path / "c.sqlite")
+    flags = ["--model", "fake-model", "--base-url", fake.base_url]
+    assert main([*argv, *flags, "--api-key-env", "MEMLOOP_FLAG_KEY"]) == 0
+    assert set(fake.auth_headers[before:]) == {f"Bearer {CANARY}"}
+    captured = capsys.readouterr()
+    assert CANARY not in captured.out + captured.err
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):
+        assert CANARY.encode() not in path.read_bytes(), path
+    # OPENAI_API_KEY, when set, is the default variable; unset, no key is sent
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    before = len(fake.auth_headers)
+    assert main(["llm", "check", "--model", "fake-model", "--base-url", fake.base_url]) in (0, 1)
+    assert set(fake.auth_headers[before:]) == {f"Bearer {CANARY}"}
+    assert CANARY not in capsys.readouterr().out
+
+
+def test_a_variable_named_but_unset_is_one_line(tmp_path, fake, capsys, monkeypatch):
+    monkeypatch.delenv("MEMLOOP_FLAG_UNSET", raising=False)
+    argv = ["llm", "check", "--model", "m", "--base-url", fake.base_url]
+    assert main([*argv, "--api-key-env", "MEMLOOP_FLAG_UNSET"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "MEMLOOP_FLAG_UNSET" in err[0]
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--model", "m", "--endpoint", "ep.yaml"], "--model and --endpoint: give one"),
+        (["--base-url", "http://127.0.0.1:9/v1"], "--base-url goes with --model"),
+        (["--api-key-env", "MY_KEY"], "--api-key-env goes with --model"),
+        (["--model", "gpt-4o-mini"], "not a model of the embedded server"),
+        (["--model", "m", "--base-url", "127.0.0.1:9/v1"], "key 'base_url': '127.0.0.1:9/v1'"),
+        (["--model", "m", "--base-url", "http://x/v1", "--api-key-env", "sk-abc.def"], "NAME"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line(tmp_path, env_file, capsys, flags, needle):
+    argv = eval_argv(env_file, tmp_path / "out", tmp_path / "c.sqlite", *flags)
+    for command in (argv, ["llm", "check", *flags], ["policy", "check", str(NATIVE), *flags]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("memloop: error: ") and needle in err[0]
+        assert "sk-abc" not in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_command_with_endpoint_takes_model(fake):
+    """`--model` and `--base-url` wherever `--endpoint` is (the one helper adds them)."""
+    from memloop.experiments.cli import build_parser
+    from memloop.experiments.commands.options import endpoint_ref
+    from memloop.llm.endpoint import Endpoint
+    from memloop.testing.commands import all_parsers
+
+    with_endpoint = [
+        (path, p)
+        for path, p in all_parsers(build_parser())
+        if any("--endpoint" in a.option_strings for a in p._actions)
+    ]
+    assert {" ".join(path[1:]) for path, _ in with_endpoint} == {
+        "quickstart",
+        "llm check",
+        "env generate",
+        "env check",
+        "policy check",
+        "eval",
+    }
+    for _, parser in with_endpoint:
+        options = {o for a in parser._actions for o in a.option_strings}
+        assert {"--model", "--base-url", "--api-key-env"} <= options
+    args = build_parser().parse_args(["llm", "check", "--model", "m", "--base-url", fake.base_url])
+    made = endpoint_ref(args)
+    assert made == Endpoint.from_mapping({"model": "m", "base_url": fake.base_url}, "file")
+    args = build_parser().parse_args(["llm", "check", "--model", "local-0.5b"])
+    assert endpoint_ref(args) == Endpoint(model="local-0.5b")  # base_url: local

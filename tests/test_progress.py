@@ -1,0 +1,134 @@
+"""Progress while a run works: bars named by condition, cycle and split with the model calls so
+far, and a line while the embedded model starts; nothing of it under --no-progress."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from memloop.environment.episode import EpisodeProgress
+from memloop.environment.procedural import generate_procedural
+from memloop.llm.usage import UsageTracker
+from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+
+
+def write_config(tmp_path):
+    import yaml
+
+    (tmp_path / "awi.yaml").write_text("type: awi\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "experiment": "bars",
+                "environment": {
+                    "procedural": {"users": 3, "periods": 1, "questions": 1, "seed": 1},
+                    "train_users": 1,
+                    "val_users": 1,
+                    "test_users": 1,
+                },
+                "policy": str(tmp_path / "awi.yaml"),
+                "feedback_modes": ["complete"],
+                "evolvers": ["playbook"],
+                "cycles": 1,
+                "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+                "out_dir": str(tmp_path / "runs"),
+            }
+        )
+    )
+    return path
+
+
+def test_an_evolve_s_bars_name_condition_cycle_split_and_calls(tmp_path, capsys):
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+
+    config = load_config(write_config(tmp_path), EvolveConfig)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
+        run_evolve(config, progress=True, clients=roles, builder=scripted_builder())
+        sent = len(fake.requests)
+    err = capsys.readouterr().err
+    for split in ("train", "val", "test"):
+        assert f"complete/playbook cycle 0 · {split} users" in err
+    assert "complete/playbook cycle 0 · periods" in err
+    # the final count: the requests of the episodes (not the calibration's nor the evolver's)
+    counts = [int(n) for n in re.findall(r"calls=(\d+)", err)]
+    assert counts and 0 < max(counts) < sent
+    # --no-progress: nothing drawn
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        roles = fake_roles(fake.base_url, tmp_path / "c2.sqlite")
+        config.out_dir = str(tmp_path / "quiet")
+        config.tracking_uri = f"sqlite:///{tmp_path}/quiet.db"
+        run_evolve(config, progress=False, clients=roles, builder=scripted_builder())
+    assert capsys.readouterr().err == ""
+
+
+def test_the_calls_are_shown_while_a_period_runs_from_a_timer(monkeypatch, capsys):
+    monkeypatch.setattr(EpisodeProgress, "TICK_S", 0.02)
+    items = generate_procedural(users=2, periods=1, questions=1, seed=0)
+    bars = EpisodeProgress(
+        items, 4, enabled=True, label="eval awi", groups={items[0].id: "val", items[1].id: "test"}
+    )
+    usage = UsageTracker()
+    bars.started(usage)
+    for cached in (False, False, True):
+        usage.record("agent", prompt_tokens=3, completion_tokens=2, cached=cached)
+    deadline = time.monotonic() + 5
+    while "calls=2" not in str(bars.periods.postfix) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bars.periods.postfix == "calls=2 cached=1"  # no period finished yet
+    bars.stopped(usage)
+    bars.user_done(items[0].id)
+    bars.close()
+    assert bars._timer is not None and not bars._timer.is_alive()
+    err = capsys.readouterr().err
+    assert "eval awi · val users" in err and "eval awi · test users" in err
+    assert "eval awi · periods" in err and "calls=2 cached=1" in err
+
+
+def test_disabled_bars_draw_nothing_and_start_no_thread(capsys):
+    items = generate_procedural(users=1, periods=1, questions=1, seed=0)
+    bars = EpisodeProgress(items, 2, enabled=False, label="x")
+    usage = UsageTracker()
+    bars.started(usage)
+    bars.period_done()
+    bars.stopped(usage)
+    bars.user_done(items[0].id)
+    bars.close()
+    assert bars._timer is None and capsys.readouterr().err == ""
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("notice", [True, False])
+def test_a_line_says_the_embedded_model_is_starting(monkeypatch, capsys, notice):
+    from memloop.llm import embedded_server
+    from memloop.llm.model_files import QWEN_0_5B
+
+    def stop_here(model):  # the line comes before the model file is verified and loaded
+        raise Stop
+
+    monkeypatch.setattr(embedded_server, "ensure_model_file", stop_here)
+    monkeypatch.setattr(embedded_server, "START_NOTICE", notice)
+    with pytest.raises(Stop):
+        embedded_server.EmbeddedServer(QWEN_0_5B).start()
+    err = capsys.readouterr().err
+    line = f"starting the embedded model {QWEN_0_5B.display_name} (takes ~3 s)...\n"
+    assert err == (line if notice else "")
+
+
+def test_no_progress_also_silences_the_start_line(tmp_path, monkeypatch):
+    from memloop.experiments.cli import main
+    from memloop.llm import embedded_server
+
+    monkeypatch.setattr(embedded_server, "START_NOTICE", True)
+    argv = ["eval", "--env", str(tmp_path / "none.json"), "--policy", "p.yaml", "--out", "o"]
+    assert main([*argv, "--no-progress"]) == 2  # refused (no such file), after parsing
+    assert embedded_server.START_NOTICE is False
+    assert main(argv) == 2
+    assert embedded_server.START_NOTICE is True
