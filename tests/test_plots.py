@@ -235,17 +235,38 @@ def test_evolve_logs_each_runs_figure_to_its_mlflow_run(tmp_path):
         )
     )
     config = load_config(config_file, EvolveConfig)
-    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
-        outcomes = run_evolve(config, progress=False, clients=roles, builder=scripted_builder())
+    fake = FakeOpenAIServer(reply=evolve_loop_reply).__enter__()  # one port: one run identity
+    roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
+    outcomes = run_evolve(config, progress=False, clients=roles, builder=scripted_builder())
     mlc = tracker.client(config.tracking_uri, create=False)
     assert len(outcomes) == 2
     for o in outcomes:
         logged = {a.path for a in mlc.list_artifacts(o.run_id, "figures")}
         assert logged == {"figures/cycles.png", "figures/cycles.svg"}, logged
-        for ext in (".png", ".pdf", ".svg"):
+        for ext in (".png", ".svg"):
             assert (o.run_dir / "figures" / f"cycles{ext}").stat().st_size > 1000
         assert mlc.get_run(o.run_id).info.status == "FINISHED"
+    # a rerun that adds no cycle leaves the figure as it is; a cycle record newer than the
+    # figure (a cycle finished since) has it drawn again
+    import os
+
+    def drawn():
+        return {
+            o.run_dir: (o.run_dir / "figures" / "cycles.png").stat().st_mtime_ns for o in outcomes
+        }
+
+    before = drawn()
+    try:
+        again = run_evolve(config, progress=False, clients=roles, builder=scripted_builder())
+        assert [o.run_dir for o in again] == list(before) and drawn() == before
+        newer = before[outcomes[0].run_dir] + 10**9
+        os.utime(outcomes[0].run_dir / "cycle_01" / "cycle.json", ns=(newer, newer))
+        run_evolve(config, progress=False, clients=roles, builder=scripted_builder())
+    finally:
+        fake.__exit__(None, None, None)
+    after = drawn()
+    assert after[outcomes[0].run_dir] > before[outcomes[0].run_dir]
+    assert after[outcomes[1].run_dir] == before[outcomes[1].run_dir]
 
 
 def test_one_user_has_no_interval_and_the_legend_says_none():

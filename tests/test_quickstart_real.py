@@ -138,7 +138,7 @@ def test_table_and_plot(quickstart, first_run):
     # one row per metric (n = the test user), or one `same prompt` row when the selected prompt
     # is still the initial one, which the baseline runs too
     assert re.search(r"complete/playbook\s+(\w+\s+1\s|all\s+-\s+same prompt)", out), out
-    assert "95% t interval  sign-flip p  up/tied/down" in out
+    assert re.search(r"mean diff\s+95% CI\s+p \(sign-flip\)\s+up/tied/down", out), out
     assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
     plot = root / "out" / "quickstart.png"
     from matplotlib.image import imread

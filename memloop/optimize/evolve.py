@@ -129,18 +129,22 @@ def run_evolve(
     return outcomes
 
 
-FIGURE_STEM = "cycles"  # figures/cycles.png, .pdf and .svg in the run folder; PNG, SVG in MLflow
+FIGURE_STEM = "cycles"  # figures/cycles.png and .svg in the run folder and in MLflow
 
 
 def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
     """The run's figure, written to its folder's `figures/` and logged to its run's `figures/`.
 
     plots.plot_cycles of the run's own cycles on its headline split, logged to the MLflow run
-    (ended by then) by its id. Once per run, after its last cycle; a resumed run draws and logs
-    it again. Returns the files.
+    (ended by then) by its id. Once per run, after its last cycle; a rerun draws and logs it
+    again only when a cycle record is newer than the figure. Returns the files written.
     """
     if not outcome.cycles:
         return []
+    png = outcome.run_dir / "figures" / f"{FIGURE_STEM}.png"
+    records = list(outcome.run_dir.glob("cycle_*/cycle.json"))
+    if png.is_file() and all(r.stat().st_mtime_ns <= png.stat().st_mtime_ns for r in records):
+        return []  # a rerun that added no cycle: the figure drawn and logged before stands
     from memloop.optimize.compare import curves, headline_split
     from memloop.optimize.plots import plot_cycles
     from memloop.runs import tracker
@@ -156,7 +160,8 @@ def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
         repeat=outcome.repeat,
     )
     title = f"{ctx.config.experiment_name}: {ctx.name}"
-    paths = plot_cycles([history], outcome.run_dir / "figures" / f"{FIGURE_STEM}.png", title)
+    # PNG to look at, SVG to edit (compare --plot and the quickstart also write a PDF)
+    paths = plot_cycles([history], png, title, formats=(".png", ".svg"))
     mlc = tracker.client(ctx.config.tracking_uri)
-    tracker.log_figure(mlc, outcome.run_id, [p for p in paths if p.suffix in (".png", ".svg")])
+    tracker.log_figure(mlc, outcome.run_id, paths)
     return paths

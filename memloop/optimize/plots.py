@@ -264,28 +264,30 @@ def _style_axis(ax: Axes, metric: str, histories: list[Any], values: list[float]
         ax.set_ylim(-0.02, 1.02)
 
 
-def figure_paths(path: Path) -> list[Path]:
-    """The files `plot_cycles` writes for `path`: its stem as PNG, PDF and SVG.
+def figure_paths(path: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """The files `plot_cycles` writes for `path`: its stem in each of `formats`.
 
     And `path` itself when it names another format matplotlib writes (`.jpg`).
     """
     suffix = path.suffix.lower()
     stem = path.with_suffix("") if suffix in FORMATS else path
-    out = [path if ext == suffix else stem.with_name(stem.name + ext) for ext in FORMATS]
+    out = [path if ext == suffix else stem.with_name(stem.name + ext) for ext in formats]
     if path.suffix and suffix not in FORMATS:
         out.insert(0, path)
     return out
 
 
-def plot_cycles(histories: list[Any], path: Path, title: str = "") -> list[Path]:
-    """`cycles_figure` written as PNG, PDF and SVG beside each other (`figure_paths`).
+def plot_cycles(
+    histories: list[Any], path: Path, title: str = "", formats: tuple[str, ...] = FORMATS
+) -> list[Path]:
+    """`cycles_figure` written as PNG, PDF and SVG (`formats`) beside each other.
 
     Returns the files written. Text stays text in the SVG and the PDF (editable, small files).
     """
     import matplotlib
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    paths = figure_paths(path)
+    paths = figure_paths(path, formats)
     # text stays text in the SVG and PDF; the SVG's ids do not change from one run to the next
     with matplotlib.rc_context(
         {"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "memloop"}
