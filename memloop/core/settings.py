@@ -74,6 +74,11 @@ def quiet_third_party_warnings() -> None:
         return
     warnings.filterwarnings("ignore", module=rf"({'|'.join(THIRD_PARTY)})(\.|$)")
     warnings.filterwarnings("ignore", message=r".* is experimental \(supported from")
+    import logging
+
+    # DSPy logs "LM response was truncated" when a reply reaches max_tokens; where memloop uses
+    # the reply, a cut one fails to parse and is counted (json_errors) or rejected there
+    logging.getLogger("dspy").setLevel(logging.ERROR)
 
 
 PROGRAM_GC_THRESHOLDS = (50_000, 20, 100)
