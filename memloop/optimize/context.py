@@ -280,7 +280,7 @@ class RunContext:
         if name.startswith("cycle_") and name[6:].isdigit():
             return int(name[6:])
         k = 0
-        while (self.store.cycle_dir(k) / "cycle.json").is_file():
+        while self.store.record_file(k).is_file():
             k += 1
         return k
 

@@ -142,7 +142,7 @@ def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
     if not outcome.cycles:
         return []
     png = outcome.run_dir / "figures" / f"{FIGURE_STEM}.png"
-    records = list(outcome.run_dir.glob("cycle_*/cycle.json"))
+    records = [ctx.store.record_file(c.cycle) for c in outcome.cycles]
     if png.is_file() and all(r.stat().st_mtime_ns <= png.stat().st_mtime_ns for r in records):
         return []  # a rerun that added no cycle: the figure drawn and logged before stands
     from memloop.optimize.compare import curves, headline_split

@@ -42,12 +42,16 @@ class CycleStore:
         path = self.cycle_dir(k) / "prompts.json"
         return json.loads(path.read_text()) if path.is_file() else None
 
+    def record_file(self, k: int) -> Path:
+        """Where cycle k's CycleRecord is (written last: the cycle is finished)."""
+        return self.cycle_dir(k) / "cycle.json"
+
     def record(self, k: int) -> CycleRecord | None:
-        path = self.cycle_dir(k) / "cycle.json"
+        path = self.record_file(k)
         return CycleRecord.from_json(path.read_text()) if path.is_file() else None
 
     def save(self, record: CycleRecord) -> None:
-        path = self.cycle_dir(record.cycle) / "cycle.json"
+        path = self.record_file(record.cycle)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=1))
 

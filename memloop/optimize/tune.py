@@ -487,8 +487,7 @@ class Tuner:
             outcome.test = self.test_best(outcome.best[0], mlc, parent_id)
         if outcome.trials:
             outcome.plots = study_plots(study, outcome, config.output_root)
-            for path in outcome.plots:
-                mlc.log_artifact(parent_id, str(path), "figures")
+            tracker.log_figure(mlc, parent_id, outcome.plots)
             if config.minimize_tokens:
                 outcome.pareto_plot = config.output_root / "pareto.png"
         tracker.finish_run(mlc, parent_id)

@@ -883,21 +883,16 @@ def split_prompts(template: str, names: list[str], where: str) -> dict[str, str]
         return {names[0]: template}
     if any(template.count(f"\n\n## {name}\n") != 1 for name in names[1:]):
         raise UserError(f"{where}: the template's sections are ambiguous; export the run instead")
+    if not template.startswith(f"## {names[0]}\n"):
+        raise UserError(f"{where}: the template has no section {names[0]!r}")
+    rest = template[len(f"## {names[0]}\n") :]
     out: dict[str, str] = {}
-    rest = template
-    for i, name in enumerate(names):
-        head = f"## {name}\n"
-        if not rest.startswith(head):
-            raise UserError(f"{where}: the template has no section {name!r}")
-        rest = rest[len(head) :]
-        if i + 1 < len(names):
-            text, sep, rest = rest.partition(f"\n\n## {names[i + 1]}\n")
-            if not sep:
-                raise UserError(f"{where}: the template has no section {names[i + 1]!r}")
-            rest = f"## {names[i + 1]}\n" + rest
-        else:
-            text = rest
+    for name, following in zip(names, names[1:], strict=False):
+        text, sep, rest = rest.partition(f"\n\n## {following}\n")
+        if not sep:
+            raise UserError(f"{where}: the template has no section {following!r}")
         out[name] = text
+    out[names[-1]] = rest
     if render_prompts(out) != template:
         raise UserError(f"{where}: the template is not one memloop rendered; export the run")
     return out

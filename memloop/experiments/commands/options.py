@@ -94,8 +94,3 @@ def model_endpoint(model: str, base_url: str | None, key_env: str | None) -> Any
     if key_env is not None:
         fields["api_key_env"] = key_env
     return Endpoint.from_mapping(fields, "--model/--base-url/--api-key-env")
-
-
-def endpoint_fields(endpoint: Any) -> dict[str, Any]:
-    """The fields of an Endpoint made from --model, as the endpoint YAML would hold them."""
-    return endpoint.model_dump(exclude_defaults=True)
