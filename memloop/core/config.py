@@ -88,12 +88,30 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 _NOT_TEXT = {bool: "a boolean", int: "a number", float: "a number", date: "a date"}
 
 
+class KeyProblem(ValueError):
+    """A validator's complaint about a key inside (or beside) the value it validates.
+
+    :func:`parse_model` names ``key`` after the validated field's own (``vector_store.config.x``
+    for a field validator of ``vector_store``; ``x`` alone from a model validator).
+    """
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+
+
 def parse_model(cls: type[M], data: Any, where: str) -> M:
     """Validate ``data`` into ``cls``; the first problem becomes one line naming the key."""
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        problem = (err.get("ctx") or {}).get("error")
+        if isinstance(problem, KeyProblem):
+            parts = [*(str(p) for p in err["loc"]), problem.key]
+            key = ".".join(p for p in parts if p) or "(top level)"
+            raise UserError(f"{where}: key '{key}': {problem.problem}") from None
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
             allowed = ", ".join(cls.model_fields)

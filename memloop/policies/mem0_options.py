@@ -1,0 +1,286 @@
+"""The mem0 options of AWE and RAG: `vector_store:` passed through to mem0, `graph_store:` refused.
+
+`vector_store: {provider: NAME, config: {...}}` is mem0's own vector store setting, checked by
+mem0's own config classes when the policy YAML is read. memloop owns four things in it:
+
+- `collection_name` and, for a local store, `path`: every policy instance gets its own store, so
+  parallel users never share memories. A local store (faiss, chroma or qdrant without a server)
+  lives in the policy's private folder under the user's workdir and is removed when the policy
+  closes; a server store gets a collection named after that folder, dropped when it closes.
+- `embedding_model_dims`: the embedding model's (a different value is refused).
+- mem0's embedder and LLM: memloop routes them (the policy's `embedding_model`, its endpoint).
+- secrets: a key ending in `_env` names the environment variable holding the value of the key
+  without it (`password_env: PGPASSWORD`); the config, and so the run's identity, never holds the
+  secret itself.
+
+Importing mem0 takes about a second, so this module imports it only when a store is named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from memloop.core.config import KeyProblem
+from memloop.core.errors import UserError
+
+GRAPH_STORE_REFUSED = (
+    "mem0's graph memory is not offered: it asks the LLM for tool calls, which memloop's mem0 "
+    "shim does not route (memloop's chat client sends no tools), and a checkpoint cannot save or "
+    "restore a graph"
+)
+ROUTED = {
+    "embedder": "memloop routes mem0's embedder (the policy's embedding_model), not set here",
+    "llm": "memloop routes mem0's LLM (the policy's endpoint), not set here",
+    "graph_store": GRAPH_STORE_REFUSED,
+}
+OWNED = {
+    "collection_name": "memloop names one collection per user and policy; leave it out",
+    "path": "memloop keeps a local store in the policy's folder under each user's workdir "
+    "(removed when the policy closes; checkpoints keep the memories); leave it out",
+}
+# Fields that hold a credential: named through an environment variable (`<field>_env`) only.
+SECRETS = frozenset(
+    {
+        "api_key",
+        "password",
+        "token",
+        "access_token",
+        "client_secret",
+        "azure_client_secret",
+        "auth_client_secret",
+        "connection_string",
+    }
+)
+COLLECTION = "memories"  # a store of one policy instance: the default, or a local one
+# Stores kept in a folder, and the groups of keys that make mem0 open a server's client instead
+# (mem0's own rules: mem0/vector_stores/qdrant.py and chroma.py).
+LOCAL_STORES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "qdrant": (("url",), ("api_key",), ("host", "port")),
+    "chroma": (("api_key", "tenant"), ("host", "port")),
+    "faiss": (),
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXTRA = re.compile(r"Extra fields not allowed: (.*?)\. Please input only the following fields")
+
+
+def _mem0() -> tuple[Any, Any]:
+    from memloop.core.settings import apply_offline_defaults
+
+    apply_offline_defaults()  # mem0 reads MEM0_TELEMETRY / MEM0_DIR when it is imported
+    from mem0.utils.factory import VectorStoreFactory
+    from mem0.vector_stores.configs import VectorStoreConfig
+
+    return VectorStoreConfig, VectorStoreFactory
+
+
+def _config_class_names() -> dict[str, str]:
+    """mem0's provider -> config class name (a private attribute of its VectorStoreConfig)."""
+    config_cls, _ = _mem0()
+    return dict(config_cls.__private_attributes__["_provider_configs"].default)
+
+
+def store_config_class(provider: str) -> Any:
+    """mem0's config class of a vector store provider (ImportError: its package is missing)."""
+    module = importlib.import_module(f"mem0.configs.vector_stores.{provider}")
+    return getattr(module, _config_class_names()[provider])
+
+
+def providers() -> list[str]:
+    """The vector stores mem0 both configures and builds."""
+    _, factory = _mem0()
+    return sorted(set(_config_class_names()) & set(factory.provider_to_class))
+
+
+def check_vector_store(value: Any) -> dict[str, Any]:
+    """The `vector_store:` option, checked as far as it can be before anything runs.
+
+    Raises KeyProblem naming the key inside the option (`config.on_disk`) and what is wrong, in
+    mem0's words where mem0 finds the fault.
+    """
+    if not isinstance(value, dict):
+        raise KeyProblem("", "expected a mapping {provider: NAME, config: {...}}")
+    for key in value:
+        if key in ROUTED:
+            raise KeyProblem(str(key), ROUTED[key])
+        if key not in ("provider", "config"):
+            raise KeyProblem(str(key), "unknown key (allowed: provider, config)")
+    provider = value.get("provider")
+    if not isinstance(provider, str):
+        raise KeyProblem("provider", f"expected the name of a mem0 vector store, got {provider!r}")
+    known = providers()
+    if provider not in known:
+        raise KeyProblem(
+            "provider", f"mem0 has no vector store {provider!r} (one of: {', '.join(known)})"
+        )
+    config = value.get("config")
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise KeyProblem("config", f"expected a mapping of mem0's {provider} settings")
+    _, factory = _mem0()
+    try:
+        fields = set(store_config_class(provider).model_fields)
+        importlib.import_module(factory.provider_to_class[provider].rsplit(".", 1)[0])
+    except ImportError as exc:
+        missing = " ".join(str(exc).split())
+        problem = f"mem0's {provider} store cannot be loaded: {missing}"
+        raise KeyProblem("provider", problem) from None
+    given = {}
+    for key, setting in config.items():
+        where = f"config.{key}"
+        if key in ROUTED:
+            raise KeyProblem(where, ROUTED[key])
+        if key in OWNED:
+            raise KeyProblem(where, OWNED[key])
+        secret = _secret_of(key, fields)
+        if secret is not None:
+            if secret in config:
+                raise KeyProblem(where, f"give {secret} or {key}, not both")
+            if not isinstance(setting, str) or not _ENV_NAME.match(setting):
+                raise KeyProblem(
+                    where, "must be the NAME of an environment variable (letters, digits, _)"
+                )
+            given[secret] = f"(read from ${setting})"
+            continue
+        if key not in fields:
+            allowed = ", ".join(sorted(fields - set(OWNED) - {"client", "connection_pool"}))
+            raise KeyProblem(where, f"not a setting of mem0's {provider} store (it has: {allowed})")
+        if key in SECRETS:
+            raise KeyProblem(
+                where,
+                "a secret in a policy file is copied into run records and checkpoints: write "
+                f"{key}_env: NAME (the environment variable that holds it) instead",
+            )
+        given[key] = setting
+    half = _half_a_server(provider, config)
+    if half is not None:
+        raise half
+    if is_local({"provider": provider, "config": config}) and "path" in fields:
+        given["path"] = "(the policy's folder)"  # keeps mem0 from defaulting to /tmp/<provider>
+    config_cls, _ = _mem0()
+    try:
+        config_cls(provider=provider, config=given)
+    except ValueError as exc:  # pydantic's ValidationError, or a mem0 validator's own
+        raise _mem0_problem(exc, provider) from None
+    return {"provider": provider, "config": dict(config)}
+
+
+def _secret_of(key: Any, fields: set[str]) -> str | None:
+    """The secret field a `<field>_env` key names (None for any other key)."""
+    if isinstance(key, str) and key.endswith("_env") and key[: -len("_env")] in SECRETS:
+        field = key[: -len("_env")]
+        return field if field in fields else None
+    return None
+
+
+def _mem0_problem(exc: ValueError, provider: str) -> KeyProblem:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+    else:
+        loc, message = "", str(exc)
+    extra = _EXTRA.match(message)
+    if extra:  # mem0's list of fields comes in set order: name only the offending one
+        return KeyProblem(f"config.{extra.group(1)}", f"not a setting of mem0's {provider} store")
+    message = " ".join(message.split())
+    return KeyProblem(f"config.{loc}" if loc else "config", f"{message} (mem0's {provider} store)")
+
+
+def is_local(option: dict[str, Any]) -> bool:
+    """A store kept in a folder (faiss, chroma or qdrant without a server)."""
+    config = option.get("config") or {}
+    groups = LOCAL_STORES.get(option["provider"])
+    if groups is None:
+        return False
+    return not any(all(_given(config, k) for k in group) for group in groups)
+
+
+def _given(config: dict[str, Any], key: str) -> bool:
+    return config.get(key) is not None or f"{key}_env" in config
+
+
+def _half_a_server(provider: str, config: dict[str, Any]) -> KeyProblem | None:
+    """A server key mem0 would ignore, opening a local store instead (qdrant's host alone)."""
+    groups = LOCAL_STORES.get(provider, ())
+    if not is_local({"provider": provider, "config": config}):
+        return None
+    for key in config:
+        if any(key in (k, f"{k}_env") for group in groups for k in group):
+            ways = [" and ".join(group) for group in groups]
+            either = ", ".join(ways[:-1]) + (", or " if len(ways) > 2 else " or ") + ways[-1]
+            return KeyProblem(
+                f"config.{key}",
+                f"mem0 opens a {provider} server only given {either}; with {key} alone it would "
+                "open a local store: give the rest, or leave it out",
+            )
+    return None
+
+
+def collection_for(kind: str, folder: Path) -> str:
+    """A server store's collection for one policy instance: a valid name for every provider."""
+    digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
+    return f"memloop_{kind}_{digest}"
+
+
+def mem0_vector_store(
+    option: dict[str, Any], *, dims: int, folder: Path, kind: str
+) -> dict[str, Any]:
+    """mem0's `vector_store` setting for one policy instance.
+
+    `folder` is the policy's private folder (unique to the instance, under the user's workdir):
+    a local store is the collection `memories` in `folder/vector-store`, a server store the
+    collection `collection_for(kind, folder)`.
+    """
+    provider = option["provider"]
+    fields = set(store_config_class(provider).model_fields)
+    settings: dict[str, Any] = {}
+    for key, value in (option.get("config") or {}).items():
+        secret = _secret_of(key, fields)
+        if secret is None:
+            settings[key] = value
+            continue
+        settings[secret] = os.environ.get(value)
+        if not settings[secret]:
+            raise UserError(
+                f"vector_store.config.{key}: environment variable {value} is not set "
+                "(export it first)"
+            )
+    wanted = settings.get("embedding_model_dims")
+    if wanted is not None and wanted != dims:
+        raise UserError(
+            f"vector_store.config.embedding_model_dims: {wanted}, but embedding_model gives "
+            f"{dims}-dimensional vectors (leave it out: memloop sets it)"
+        )
+    if "embedding_model_dims" in fields:
+        settings["embedding_model_dims"] = dims
+    if is_local(option):
+        settings["collection_name"] = COLLECTION
+        settings["path"] = str(folder / "vector-store")
+    else:
+        settings["collection_name"] = collection_for(kind, folder)
+    return {"provider": provider, "config": settings}
+
+
+def listed(store: Any) -> list[Any]:
+    """Every entry of a mem0 vector store, through its generic `list` (no paging in mem0's API).
+
+    Providers return either the entries or `[entries]` (or qdrant's `(entries, offset)`); the
+    limit grows until a listing comes back short of it.
+    """
+    limit = 1024
+    while True:
+        result = store.list(filters=None, limit=limit)
+        entries = result
+        if isinstance(result, list | tuple) and result and isinstance(result[0], list | tuple):
+            entries = result[0]
+        entries = list(entries or [])
+        if len(entries) < limit:
+            return entries
+        limit *= 4
