@@ -20,33 +20,16 @@ from memloop.policies.programs import (
     program_prompts,
 )
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+from memloop.testing.commands import small_evolve
 
 
 @pytest.fixture(scope="module")
 def evolved(tmp_path_factory):
     """One AWI condition evolved for three cycles on the fake model (sqlite MLflow store)."""
-    from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
 
     root = tmp_path_factory.mktemp("export")
-    (root / "awi.yaml").write_text("type: awi\n")
-    data = {
-        "experiment": "unit-export",
-        "environment": {
-            "procedural": {"users": 6, "periods": 2, "questions": 2, "seed": 1},
-            "train_users": 2,
-            "val_users": 2,
-            "test_users": 2,
-        },
-        "policy": str(root / "awi.yaml"),
-        "feedback_modes": ["complete"],
-        "evolvers": ["reflective"],
-        "cycles": 3,
-        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
-        "out_dir": str(root / "runs"),
-    }
-    (root / "exp.yaml").write_text(yaml.safe_dump(data))
-    config = load_config(root / "exp.yaml", EvolveConfig)
+    config = small_evolve(root, "unit-export", (2, 2, 2), cycles=3)
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         roles = fake_roles(fake.base_url, root / "c.sqlite")
         (outcome,) = run_evolve(

@@ -173,7 +173,7 @@ def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_take
 
         def screen(prompts):
             seen.append(prompts["writer"])
-            return SimpleNamespace(state_accuracy=values[len(seen) - 1], tokens=100)
+            return SimpleNamespace(state_accuracy=values[len(seen) - 1], tokens=100, cost_usd=None)
 
         return screen, seen
 

@@ -427,8 +427,12 @@ def outcome_train(config):
     return split_users(items, config.environment, config.source)["train"]
 
 
-def test_search_tokens_count_what_no_cycle_counts(tmp_path):
-    from memloop.optimize.gepa_search import search_tokens
+def test_search_records_are_what_no_cycle_counts(tmp_path):
+    from memloop.feedback.report import usage_by_component
+    from memloop.optimize.gepa_search import search_records
+
+    def search_tokens(root: Path, cycle_candidates: set[str]) -> int:
+        return sum(usage_by_component(search_records(root, cycle_candidates)).values())
 
     def record(path: Path, tokens: int) -> None:
         path.mkdir(parents=True)

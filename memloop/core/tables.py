@@ -46,6 +46,17 @@ def objective_first(metrics: Sequence[str], objective: str | None) -> list[str]:
     return [objective, *(m for m in metrics if m != objective)]
 
 
+def format_cost(value: float | None) -> str:
+    """A cell for US dollars: cents from a dollar up, 4 decimals below, `n/a` without a price."""
+    if value is None:
+        return "n/a"
+    if value >= 1:
+        return f"{value:,.2f}"
+    if value == 0 or value >= 1e-4:
+        return f"{value:.4f}"
+    return f"{value:.1e}"
+
+
 def format_number(value: Any, digits: int = 3) -> str:
     """A cell for a number: fixed ``digits`` decimals for floats, ``n/a`` for None/NaN."""
     if value is None:

@@ -26,7 +26,7 @@ from memloop.environment.policy import Policy
 from memloop.environment.policy_guard import guarded
 from memloop.environment.simulator import UserSimulator, opening_message
 from memloop.llm.client import ChatClient
-from memloop.llm.usage import UsageTracker
+from memloop.llm.usage import UsageRows, UsageTracker, usage_delta
 
 RECORD_VERSION = 1
 
@@ -48,7 +48,7 @@ class PeriodRecord(BaseModel):
     mode: str  # "on_policy" | "off_policy"
     sessions: list[SessionLog]
     probes: dict[str, Any] = Field(default_factory=dict)  # filled by the probe hook
-    usage: dict[str, dict[str, int]] = Field(default_factory=dict)  # this period only
+    usage: UsageRows = Field(default_factory=dict)  # this period only
     seconds: float = 0.0
 
 
@@ -63,12 +63,12 @@ class EpisodeResult:
     user_id: str
     records: list[PeriodRecord]
     resumed_from: int  # periods found finished on disk (0 = fresh start)
-    usage: dict[str, dict[str, int]] | None = None  # this run's calls (not the resumed ones)
+    usage: UsageRows | None = None  # this run's calls (not the resumed ones)
 
 
 def requests_sent(episodes: list[EpisodeResult]) -> int:
     """Model requests these episodes sent in this run (0 when resumed or served from the cache)."""
-    return sum((e.usage or {}).get("total", {}).get("calls", 0) for e in episodes)
+    return sum(int((e.usage or {}).get("total", {}).get("calls", 0)) for e in episodes)
 
 
 def period_dir(user_dir: Path, period: int) -> Path:
@@ -131,18 +131,6 @@ def finished_records(user_dir: Path, limit: int) -> list[PeriodRecord]:
             break
         records.append(read_checkpoint(path))
     return records
-
-
-def _usage_delta(
-    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
-) -> dict[str, dict[str, int]]:
-    delta = {}
-    for component, row in after.items():
-        base = before.get(component, {})
-        diff = {k: v - base.get(k, 0) for k, v in row.items()}
-        if any(diff.values()):
-            delta[component] = diff
-    return delta
 
 
 class EpisodeRunner:
@@ -226,7 +214,7 @@ class EpisodeRunner:
         if self.probe is not None:
             record.probes = self.probe(self.item, p, self.policy, record)
         if self.usage:
-            record.usage = _usage_delta(before, self.usage.summary())
+            record.usage = usage_delta(before, self.usage.summary())
             record.usage.pop("total", None)
         record.seconds = round(time.perf_counter() - started, 3)
         atomic_write_json(out / "record.json", record.model_dump(mode="json"))
@@ -363,8 +351,8 @@ class EpisodeProgress:
         total = usage.summary()["total"]
         with self._lock:
             self._running.remove(usage)
-            self._done[0] += total["calls"]
-            self._done[1] += total["cached_calls"]
+            self._done[0] += int(total["calls"])
+            self._done[1] += int(total["cached_calls"])
 
     def user_done(self, user_id: str) -> None:
         self.user_bars[self.groups.get(user_id, "")].update(1)
@@ -378,7 +366,7 @@ class EpisodeProgress:
             sent, cached = self._done
         for usage in running:  # the users under way: at most the parallel users
             total = usage.summary()["total"]
-            sent, cached = sent + total["calls"], cached + total["cached_calls"]
+            sent, cached = sent + int(total["calls"]), cached + int(total["cached_calls"])
         text = f"calls={sent}" + (f" cached={cached}" if cached else "")
         if text != self._shown:
             self._shown = text

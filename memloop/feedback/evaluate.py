@@ -46,7 +46,7 @@ def calibrate(
     """(the checker's `checker_calibration` on these users' state schemas, requests it sent)."""
     usage = UsageTracker()
     calibration = checker_calibration(items, checker, usage=usage)
-    return calibration, usage.summary()["total"]["calls"]
+    return calibration, int(usage.summary()["total"]["calls"])
 
 
 def run_evaluation(

@@ -15,6 +15,7 @@ from typing import Any
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import (
     WIDTH,
+    format_cost,
     format_number,
     format_table,
     metric_column,
@@ -120,6 +121,7 @@ def build_metrics(
         "per_user": _per_user(questions, recalls),
         "usage": dict(sorted(usage.items())),
         "usage_cached": dict(sorted(usage_by_component(period_records, "cached_tokens").items())),
+        "cost_usd": cost_by_component(period_records),
     }
     return with_calibration(metrics, calibration), [str(w.message) for w in caught]
 
@@ -163,8 +165,22 @@ def usage_by_component(
     for rec in period_records:
         for component, row in rec.usage.items():
             if component != "total":
-                usage[component] = usage.get(component, 0) + row.get(key, 0)
+                usage[component] = usage.get(component, 0) + int(row.get(key, 0))
     return usage
+
+
+def cost_by_component(period_records: Iterable[PeriodRecord]) -> dict[str, float]:
+    """US dollars per component summed over `period_records`, for components with a price.
+
+    Empty when no call was priced (no endpoint had `price_per_mtok`). The cost prices the tokens
+    the work needed, as the token counts do, cached answers included.
+    """
+    cost: dict[str, float] = {}
+    for rec in period_records:
+        for component, row in rec.usage.items():
+            if component != "total" and "cost_usd" in row:
+                cost[component] = cost.get(component, 0.0) + float(row["cost_usd"])
+    return dict(sorted(cost.items()))
 
 
 def _per_user(
@@ -204,6 +220,7 @@ def period_metrics(
     mine_recalls = [r for r in recalls if r.period == period]
     s = quiet_score(mine, lookup)
     usage = usage_by_component(rec for rec in history if rec.period == period)
+    cost = cost_by_component(rec for rec in history if rec.period == period)
     out = {
         "scorer_version": SCORER_VERSION,
         "users": len({q.user_id for q in mine}),
@@ -213,6 +230,7 @@ def period_metrics(
         **exposure_fields(history, period),
         "per_user": _per_user(mine, mine_recalls, lookup),
         "usage": dict(sorted(usage.items())),
+        "cost_usd": cost,
     }
     return with_calibration(out, calibration)
 
@@ -379,6 +397,10 @@ def format_metrics(metrics: dict[str, Any], fmt: str = "table", *, first: str | 
     notes.append(
         f"tokens: {work} ({cached} of {work} served from the response cache): {usage or 'none'}"
     )
+    cost = metrics.get("cost_usd") or {}
+    if cost:  # an endpoint had a price
+        each = ", ".join(f"{k} {format_cost(v)}" for k, v in cost.items())
+        notes.append(f"cost: ${format_cost(sum(cost.values()))} at the endpoints' prices: {each}")
     sep = "\n\n" if fmt == "md" else "\n"
     wrapped = [
         textwrap.fill(n, WIDTH, subsequent_indent="  ", break_on_hyphens=False) for n in notes

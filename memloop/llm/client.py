@@ -326,6 +326,7 @@ class ChatClient:
                     prompt_tokens=hit["prompt_tokens"],
                     completion_tokens=hit["completion_tokens"],
                     cached=True,
+                    cost_usd=self.endpoint.cost_usd(hit["prompt_tokens"], hit["completion_tokens"]),
                 )
                 return self._finish(ChatResult(cached=True, **hit), schema)
         raw = self._send(messages, params)
@@ -343,6 +344,7 @@ class ChatClient:
             prompt_tokens=result.prompt_tokens,
             completion_tokens=result.completion_tokens,
             cached=False,
+            cost_usd=self.endpoint.cost_usd(result.prompt_tokens, result.completion_tokens),
         )
         result = self._finish(result, schema)
         # junk is never cached: an answer that breaks its schema is asked again on the next run

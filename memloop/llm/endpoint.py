@@ -16,7 +16,20 @@ from memloop.core.errors import UserError
 from memloop.llm.errors import MissingApiKey
 
 LOCAL = "local"
+MILLION = 1_000_000
 RESULT_SETTINGS = ("model", "base_url", "temperature", "max_tokens", "context_window")
+
+
+class Price(BaseModel):
+    """US dollars per million tokens, as a provider's price list gives them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0.0, description="per million prompt tokens")
+    output: float = Field(ge=0.0, description="per million completion tokens")
+
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / MILLION
 
 
 class Endpoint(BaseModel):
@@ -55,6 +68,12 @@ class Endpoint(BaseModel):
         None, gt=0, description="tokens per request; defaults to 8192 for the embedded model"
     )
 
+    price_per_mtok: Price | None = Field(
+        None,
+        description="{input: USD, output: USD} per million tokens: runs then report a cost in "
+        "money; not part of the run's identity (a price does not change a response)",
+    )
+
     @field_validator("base_url")
     @classmethod
     def _has_a_scheme(cls, value: str) -> str:
@@ -87,6 +106,12 @@ class Endpoint(BaseModel):
         if self.context_window is not None:
             return self.context_window
         return 8192 if self.is_local else None
+
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """The price of one answer's tokens; None when the endpoint has no price."""
+        if self.price_per_mtok is None:
+            return None
+        return self.price_per_mtok.cost_usd(prompt_tokens, completion_tokens)
 
     def api_key(self) -> str:
         """The key read from the environment now; a placeholder when none is needed."""

@@ -43,6 +43,7 @@ from memloop.core.tables import (
     FORMATS,
     PAIRED_COLUMNS,
     WIDTH,
+    format_cost,
     format_number,
     format_table,
     metric_column,
@@ -50,6 +51,7 @@ from memloop.core.tables import (
 )
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
+from memloop.llm.usage import add_costs
 from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
 from memloop.runs import tracker
 from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_params
@@ -77,6 +79,7 @@ class RunRow:
     factual_recall: float | None
     tokens: int
     scorer_version: str
+    cost_usd: float | None = None  # dollars of every cycle's tokens; None: nothing had a price
     # the selected cycle's per-user numbers on `split`: {metric: {user: value}}
     per_user: dict[str, dict[str, float]] = field(default_factory=dict)
     vs_baseline: dict[str, Paired] = field(default_factory=dict)  # metric -> paired difference
@@ -195,6 +198,7 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         ),
         factual_recall=result.factual_recall if result else None,
         tokens=sum(sum(r.tokens.values()) for r in records),
+        cost_usd=add_costs(*(sum(r.cost_usd.values()) for r in records if r.cost_usd)),
         scorer_version=chosen.scorer_version if chosen else SCORER_VERSION,
         per_user={m: user_scores(chosen, split, m) for m in PAIRED_METRICS} if chosen else {},
         repeat=int(tags.get("memloop.repeat", "0")),
@@ -647,6 +651,8 @@ def _group_blocks(
     def name(r: RunRow, label: str) -> str:  # with its repeat, when conditions have several
         return f"{label} r{r.repeat}" if repeated else label
 
+    priced = any(r.cost_usd is not None for r in rows)  # a cost column only where one is known
+    cost_head = ["cost $"] if priced else []
     if objective is None:  # runs ranked on different measures: each its own, named
         metric_heads = ["objective", "ranked on", *(metric_column(m) for m in metrics)]
     else:
@@ -663,6 +669,7 @@ def _group_blocks(
             ),
             *(format_number(getattr(r, _ROW_FIELD[m])) for m in metrics),
             r.tokens,
+            *([format_cost(r.cost_usd)] if priced else []),
         ]
         for r in rows
     ]
@@ -670,9 +677,9 @@ def _group_blocks(
     blocks: list[Block] = [
         Table(
             f"marginal (each condition alone; the selected cycle's prompt on {on}):",
-            ["condition", "selected", "n", *metric_heads, "tokens"],
+            ["condition", "selected", "n", *metric_heads, "tokens", *cost_head],
             marginal,
-            "lrr" + ("rl" if objective is None else "") + "r" * (len(metrics) + 1),
+            "lrr" + ("rl" if objective is None else "") + "r" * (len(metrics) + 1 + priced),
             number,
         ),
         "",

@@ -28,6 +28,7 @@ from memloop.feedback.records import QuestionRecord
 from memloop.feedback.summary import FeedbackSummary, episode_summary
 from memloop.llm.client import ChatClient
 from memloop.llm.roles import RoleClients
+from memloop.llm.usage import add_costs
 from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
@@ -395,7 +396,14 @@ class RunContext:
     def log_selection(
         self, mlc: Any, run_id: str, outcome: RunOutcome, versions: dict[int, int | None]
     ) -> None:
-        """The selected cycle: alias `best`, and `selection/cycle` / `headline/*` metrics."""
+        """The selected cycle: alias `best`, `selection/cycle` / `headline/*` metrics, the cost.
+
+        `run/cost_usd` sums every cycle's `cost_usd` (present when an endpoint had a price).
+        """
+        step = len(outcome.cycles) - 1
+        cost = add_costs(*(sum(c.cost_usd.values()) for c in outcome.cycles if c.cost_usd))
+        if cost is not None:  # the run's dollars so far, every cycle's work
+            tracker.log_metrics(mlc, run_id, {"run/cost_usd": cost}, step=step)
         chosen = outcome.selection
         if chosen is None:
             return
@@ -403,7 +411,6 @@ class RunContext:
         if self.initial_prompts and version is not None:
             tracker.set_best(mlc, self.prompt_registry_name, version)
         record = outcome.cycles[chosen.cycle]
-        step = len(outcome.cycles) - 1
         metrics: dict[str, float | None] = {"selection/cycle": float(chosen.cycle)}
         if "test" in record.splits:
             metrics.update(
@@ -419,8 +426,17 @@ def split_results(results: dict[str, EvaluationResult]) -> dict[str, SplitResult
 
 def usage_tokens(results: Iterable[EvaluationResult]) -> dict[str, int]:
     """Tokens per component summed over evaluations."""
-    out: dict[str, int] = {}
+    return {k: int(v) for k, v in _per_component(results, "usage").items()}
+
+
+def usage_cost(results: Iterable[EvaluationResult]) -> dict[str, float]:
+    """Dollars per priced component summed over evaluations (empty: nothing had a price)."""
+    return _per_component(results, "cost_usd")
+
+
+def _per_component(results: Iterable[EvaluationResult], key: str) -> dict[str, float]:
+    out: dict[str, float] = {}
     for result in results:
-        for k, v in result.metrics.get("usage", {}).items():
+        for k, v in result.metrics.get(key, {}).items():
             out[k] = out.get(k, 0) + v
     return out

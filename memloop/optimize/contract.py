@@ -38,6 +38,8 @@ class EvolveStep(BaseModel):
     changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
     errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
     tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
+    # dollars of those tokens (its calls and replay screening); None: no call had a price
+    cost_usd: float | None = Field(None, ge=0.0)
     leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (set by `propose`)
 
 

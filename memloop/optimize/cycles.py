@@ -92,6 +92,8 @@ class CycleRecord(BaseModel):
     scorer_version: str = SCORER_VERSION  # the definitions the numbers below follow
     splits: dict[Split, SplitResult]
     tokens: dict[str, int] = Field(default_factory=dict)  # per component, this cycle's work
+    # US dollars of those tokens, per priced component (empty: no endpoint had a price)
+    cost_usd: dict[str, float] = Field(default_factory=dict)
     seconds: float = 0.0
     feedback: SummaryReport | None = None  # the summary the next prompts were evolved from
     leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (optimize/leaks.py)
@@ -107,6 +109,8 @@ class CycleRecord(BaseModel):
     def metrics(self) -> dict[str, float | None]:
         """MLflow metrics: `<split>/<metric>` per split and metric, `tokens/<component>`, extras.
 
+        With a price: `cost_usd/<component>` and `cost_usd/total` (this cycle's dollars).
+
         The slash makes MLflow's UI group the charts by split.
         """
         out: dict[str, float | None] = {}
@@ -115,15 +119,34 @@ class CycleRecord(BaseModel):
                 value = getattr(result, name)
                 out[f"{split}/{name}"] = None if value is None else float(value)
         out.update({f"tokens/{c}": float(v) for c, v in self.tokens.items()})
+        out.update(cost_metrics(self.cost_usd))
         out.update({f"optimizer/{k}": v for k, v in self.extra.items()})
         out["optimizer/leaks_rejected"] = float(self.leaks_rejected)
         if self.feedback is not None:
             out["optimizer/feedback_omitted_questions"] = float(len(self.feedback.omitted))
         return out
 
+    def add_cost(self, component: str, cost_usd: float | None) -> None:
+        """Count `cost_usd` dollars under `component` (nothing when it is None: no price)."""
+        if cost_usd is not None:
+            self.cost_usd[component] = self.cost_usd.get(component, 0.0) + cost_usd
+
     def score(self, split: str, metric: str = "memory_score") -> float | None:
         result = self.splits.get(split)  # type: ignore[call-overload]
         return None if result is None else getattr(result, metric)
+
+
+def cost_metrics(cost_usd: dict[str, float]) -> dict[str, float]:
+    """MLflow metrics of dollars per component: `cost_usd/<component>`, `cost_usd/total`.
+
+    Empty when nothing had a price (an empty `cost_usd`): an unpriced run logs no cost at all.
+    """
+    if not cost_usd:
+        return {}
+    return {
+        **{f"cost_usd/{c}": v for c, v in cost_usd.items()},
+        "cost_usd/total": sum(cost_usd.values()),
+    }
 
 
 OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)

@@ -55,7 +55,7 @@ class EpisodeSearch:
         return screen
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
-        from memloop.optimize.context import split_results, usage_tokens
+        from memloop.optimize.context import split_results, usage_cost, usage_tokens
 
         store = ctx.store
         evolver = ctx.make_evolver()
@@ -75,6 +75,7 @@ class EpisodeSearch:
                     cycle=k,
                     splits=split_results(results),
                     tokens=usage_tokens(results.values()),
+                    cost_usd=usage_cost(results.values()),
                     seconds=round(time.perf_counter() - started, 1),
                     feedback=summary.report if Mode(ctx.mode).evolves else None,
                 )
@@ -94,6 +95,7 @@ class EpisodeSearch:
                 )
                 store.save_step(k, step)
                 record.tokens["optimizer"] = step.tokens
+                record.add_cost("optimizer", step.cost_usd)
                 record.leaks_rejected = step.leaks_rejected
                 store.save(record)
             yield record

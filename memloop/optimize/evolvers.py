@@ -221,7 +221,7 @@ class ReflectiveEvolver:
     def propose(self, inputs: EvolveInput) -> EvolveStep:
         # the summary arrives within its budget (feedback.summary.budgeted_summary): no cut here
         feedback = inputs.summary.render()
-        used_before = self.client.usage.component("optimizer").total_tokens
+        spent = self.client.usage.mark("optimizer")
         step = EvolveStep(prompts=dict(inputs.prompts))
         leaks = inputs.leaks
         max_words, cycle = self.settings.max_words, inputs.cycle
@@ -249,7 +249,7 @@ class ReflectiveEvolver:
                     continue
                 problem += "; " + (rules_problem or "instructions with the rules too long")
             step.errors[name] = problem + "; kept the old one"
-        step.tokens = self.client.usage.component("optimizer").total_tokens - used_before
+        step.tokens, step.cost_usd = spent.tokens(), spent.cost_usd()
         return step
 
     def _ask(self, system: str, user: str, sample: int) -> str:

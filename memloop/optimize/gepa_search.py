@@ -53,13 +53,15 @@ from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
 from memloop.feedback.objective import Mode
 from memloop.feedback.records import QuestionRecord
-from memloop.feedback.report import collect, usage_by_component
+from memloop.feedback.report import collect, cost_by_component, usage_by_component
 from memloop.feedback.scoring import quiet_score
 from memloop.feedback.summary import FeedbackSummary, render_summary
+from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep, propose
 from memloop.optimize.cycles import CycleRecord
 
 if TYPE_CHECKING:
+    from memloop.environment.episode import PeriodRecord
     from memloop.optimize.context import RunContext
 
 
@@ -124,7 +126,7 @@ class GepaReflection:
     def propose(self, inputs: EvolveInput) -> EvolveStep:
         from gepa.strategies.instruction_proposal import InstructionProposalSignature
 
-        used_before = self.client.usage.component("optimizer").total_tokens
+        spent = self.client.usage.mark("optimizer")
         rows = self.examples(inputs.summary)
         step = EvolveStep(prompts=dict(inputs.prompts))
         for name, text in sorted(inputs.prompts.items()):
@@ -139,7 +141,7 @@ class GepaReflection:
             new = InstructionProposalSignature.output_extractor(reply.strip())["new_instruction"]
             step.prompts[name] = new
             step.changes[name] = ["gepa reflection"]
-        step.tokens = self.client.usage.component("optimizer").total_tokens - used_before
+        step.tokens, step.cost_usd = spent.tokens(), spent.cost_usd()
         return step
 
 
@@ -180,8 +182,8 @@ OBJECTIVE_TEXT = {
 }
 
 
-def search_tokens(root: Path, cycle_candidates: set[str]) -> int:
-    """Model tokens of the search's episodes that no cycle's evaluation counts.
+def search_records(root: Path, cycle_candidates: set[str]) -> list[PeriodRecord]:
+    """The period records of the search's episodes that no cycle's evaluation counts.
 
     A cycle's candidate is evaluated on every split in its own folder (its episodes are counted
     by the cycle): the rest are the other candidates' episodes and every replay screen.
@@ -193,7 +195,7 @@ def search_tokens(root: Path, cycle_candidates: set[str]) -> int:
         cid, part = path.relative_to(root).parts[:2]
         if cid not in cycle_candidates or part == "screen":
             uncounted.append(load_record(path))
-    return sum(usage_by_component(uncounted).values())
+    return uncounted
 
 
 def load_history(path: Path) -> list[dict[str, Any]]:
@@ -410,7 +412,7 @@ class GepaSearch:
                 f"policy {ctx.policy_config.display_name} has no memory-write prompts "
                 "for GEPA to evolve (use awi or awe)"
             )
-        from memloop.optimize.context import split_results, usage_tokens
+        from memloop.optimize.context import split_results, usage_cost, usage_tokens
 
         train, valset = ctx.users["train"], ctx.users["val"]
         settings = self.settings
@@ -432,17 +434,17 @@ class GepaSearch:
         adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay", proposer=proposer)
         adapter.draws = draws = SearchDraws(ctx.config.seed, minibatch)
 
-        def counts() -> tuple[int, int, int]:
-            tokens = optimizer.usage.component("optimizer").total_tokens
-            return tokens, adapter.omitted, adapter.leaks_rejected
+        def counts() -> tuple[int, int, int, float]:
+            used = optimizer.usage.component("optimizer")
+            return used.total_tokens, adapter.omitted, adapter.leaks_rejected, used.cost_usd or 0.0
 
-        def save_entry(iteration: int, since: tuple[int, int, int], **fields: Any) -> None:
+        def save_entry(iteration: int, since: tuple[int, int, int, float], **fields: Any) -> None:
             """Save iteration `iteration`'s entry with what it counted since `since`.
 
             It replaces any entry from an earlier attempt at it, and the later ones (gepa redoes
             them too).
             """
-            tokens, omitted, leaks = counts()
+            tokens, omitted, leaks, dollars = counts()
             kept = [h for h in history if h["iteration"] < iteration]
             entry = {
                 "iteration": iteration,
@@ -451,6 +453,8 @@ class GepaSearch:
                 "omitted_questions": omitted - since[1],
                 "leaks_rejected": leaks - since[2],
             }
+            if optimizer.endpoint.price_per_mtok is not None:
+                entry["optimizer_cost_usd"] = dollars - since[3]
             entry["feedback_omitted_questions"] = omitted_so_far([*kept, entry])[iteration]
             history[:] = [*kept, entry]
             atomic_write_json(history_path, history)
@@ -537,6 +541,7 @@ class GepaSearch:
                     cycle=k,
                     splits=split_results(results),
                     tokens=usage_tokens(results.values()),
+                    cost_usd=usage_cost(results.values()),
                     seconds=round(time.perf_counter() - began, 1),
                     extra={
                         "gepa_val_score": val_score,
@@ -546,8 +551,14 @@ class GepaSearch:
                 )
                 if k == 0:  # the search's own work, once: its iterations', by any process
                     record.tokens["optimizer"] = sum(h.get("optimizer_tokens", 0) for h in history)
-                    record.tokens["search_episodes"] = search_tokens(
-                        adapter.root, {candidate_id(c) for c, *_ in sequence}
+                    searched = search_records(adapter.root, {candidate_id(c) for c, *_ in sequence})
+                    record.tokens["search_episodes"] = sum(usage_by_component(searched).values())
+                    record.add_cost(
+                        "optimizer",
+                        add_costs(*(h.get("optimizer_cost_usd") for h in history)),
+                    )
+                    record.add_cost(
+                        "search_episodes", add_costs(*cost_by_component(searched).values())
                     )
                     record.seconds += search_seconds
                 ctx.store.save(record)

@@ -98,7 +98,7 @@ class PeriodSearch:
         *,
         last: bool,
     ) -> CycleRecord:
-        from memloop.optimize.context import split_results, usage_tokens
+        from memloop.optimize.context import split_results, usage_cost, usage_tokens
 
         started = time.perf_counter()
         train = period_metrics(history, p, self._calibration)
@@ -121,10 +121,14 @@ class PeriodSearch:
         tokens = usage_tokens(held.values())
         for component, value in train["usage"].items():
             tokens[component] = tokens.get(component, 0) + value
+        cost = usage_cost(held.values())
+        for component, dollars in train["cost_usd"].items():
+            cost[component] = cost.get(component, 0.0) + dollars
         record = CycleRecord(
             cycle=p,
             splits={"train": SplitResult.from_metrics(train), **split_results(held)},
             tokens=tokens,
+            cost_usd=cost,
             feedback=summary.report if Mode(ctx.mode).evolves else None,
         )
         if not last:
@@ -132,6 +136,7 @@ class PeriodSearch:
             step = propose(evolver, EvolveInput(prompts=prompts, summary=summary, cycle=p))
             ctx.store.save_step(p, step)
             record.tokens["optimizer"] = step.tokens
+            record.add_cost("optimizer", step.cost_usd)
             record.leaks_rejected = step.leaks_rejected
         record.seconds = round(time.perf_counter() - started, 1)
         ctx.store.save(record)

@@ -42,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.llm.client import ChatClient
+from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
 from memloop.optimize.evolvers import _ENDINGS
 from memloop.optimize.leaks import LeakCheck, described
@@ -150,7 +151,7 @@ class PlaybookEvolver:
 
     def propose(self, inputs: EvolveInput) -> EvolveStep:
         prompts, cycle, screen = inputs.prompts, inputs.cycle, inputs.screen
-        used_before = self.client.usage.component("optimizer").total_tokens
+        spent = self.client.usage.mark("optimizer")
         history = list(inputs.history)
         base, notes = dict(prompts), []
         if len(history) >= 2:
@@ -174,7 +175,7 @@ class PlaybookEvolver:
                 f"{inputs.summary.questions() - fitted.questions()} questions left out"
             )
         step = EvolveStep(prompts=dict(base))
-        screened_tokens = 0
+        screened_tokens, screened_cost = 0, None
         for name, text in sorted(base.items()):
             core, rules = split_playbook(text)
             options: list[Any] = []
@@ -191,6 +192,7 @@ class PlaybookEvolver:
                     options.append((candidate, change))
             chosen, note = self._choose(name, base, options, screen)
             screened_tokens += note[1]
+            screened_cost = add_costs(screened_cost, note[2])
             if chosen is None:
                 why = "; ".join(problems) or note[0] or "no usable delta"
                 step.errors[name] = f"{why}; kept"
@@ -210,8 +212,8 @@ class PlaybookEvolver:
             step.changes.setdefault(name, list(notes))
             if listed:
                 step.changes[name].append("counts: " + ", ".join(listed))
-        optimizer = self.client.usage.component("optimizer").total_tokens - used_before
-        step.tokens = optimizer + screened_tokens
+        step.tokens = spent.tokens() + screened_tokens
+        step.cost_usd = add_costs(spent.cost_usd(), screened_cost)
         return step
 
     def _deltas(
@@ -262,23 +264,24 @@ class PlaybookEvolver:
         base: dict[str, str],
         options: list[tuple[str, str]],
         screen: Callable[[dict[str, str]], Any] | None,
-    ) -> tuple[tuple[str, str] | None, tuple[str, int]]:
-        """(the option to take or None, (a note, screening tokens)).
+    ) -> tuple[tuple[str, str] | None, tuple[str, int, float | None]]:
+        """(the option to take or None, (a note, screening tokens, their cost in dollars)).
 
         Without a screen (or with one option and no screen) the first usable option. With a screen
         each option and the current prompt are replayed on the training users; the best option is
         taken only when it beats the current prompt.
         """
         if not options:
-            return None, ("", 0)
+            return None, ("", 0, None)
         if screen is None:
-            return options[0], ("", 0)
+            return options[0], ("", 0, None)
         current = screen(base)
-        tokens = current.tokens
+        tokens, cost = current.tokens, current.cost_usd
         scored = []
         for candidate, change in options:
             result = screen({**base, name: candidate})
             tokens += result.tokens
+            cost = add_costs(cost, result.cost_usd)
             scored.append((result.state_accuracy, candidate, change))
         shown = ", ".join("n/a" if v is None else f"{v:.3f}" for v, _, _ in scored)
         now = "n/a" if current.state_accuracy is None else f"{current.state_accuracy:.3f}"
@@ -287,14 +290,16 @@ class PlaybookEvolver:
             return options[0], (
                 f"replay screen undefined ({shown} vs {now}); took the first",
                 tokens,
+                cost,
             )
         best = max(defined, key=lambda x: x[0])  # the first of equals: the first sample
         if best[0] <= current.state_accuracy:
             return None, (
                 f"no candidate beat the current prompt on replay ({shown} vs {now})",
                 tokens,
+                cost,
             )
-        return (best[1], best[2]), (f"replay screen {shown} vs current {now}", tokens)
+        return (best[1], best[2]), (f"replay screen {shown} vs current {now}", tokens, cost)
 
     def merge(
         self,

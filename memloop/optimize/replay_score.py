@@ -21,7 +21,7 @@ from memloop.environment.data import UserItem
 from memloop.environment.episode import PolicyFactory, requests_sent, run_episodes
 from memloop.feedback.probes import StateProber
 from memloop.feedback.records import QuestionRecord
-from memloop.feedback.report import usage_by_component
+from memloop.feedback.report import cost_by_component, usage_by_component
 from memloop.feedback.scoring import state_accuracy
 from memloop.llm.client import ChatClient
 
@@ -32,6 +32,7 @@ class Screening:
     pairs: int
     tokens: int  # the model tokens the screening took (served from the cache or not)
     requests: int  # requests sent to the endpoint (0 on a rerun)
+    cost_usd: float | None = None  # dollars of those tokens; None: no call had a price
     by_user: dict[str, float | None] = field(default_factory=dict)  # each user's state accuracy
 
 
@@ -70,13 +71,16 @@ def replay_screen(
         for e in episodes
     }
     accuracy = state_accuracy([q for user in by_user.values() for q in user])
-    tokens = sum(usage_by_component(r for e in episodes for r in e.records).values())
+    records = [r for e in episodes for r in e.records]
+    tokens = sum(usage_by_component(records).values())
+    cost = cost_by_component(records)
     requests = requests_sent(episodes)
     return Screening(
         state_accuracy=accuracy.accuracy if accuracy.pairs else None,
         pairs=accuracy.pairs,
         tokens=tokens,
         requests=requests,
+        cost_usd=sum(cost.values()) if cost else None,
         by_user={user: _accuracy(questions) for user, questions in by_user.items()},
     )
 

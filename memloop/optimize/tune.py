@@ -43,6 +43,7 @@ from memloop.optimize.context import (
     role_clients,
     split_users,
 )
+from memloop.optimize.cycles import cost_metrics
 from memloop.runs import tracker
 from memloop.runs.spec import RunSpec, differences
 
@@ -548,6 +549,7 @@ class Tuner:
                 **{f"val/{k}": v for k, v in m["diagnosis"].items()},
                 "val/tokens_per_user": tokens,
                 **{f"tokens/{c}": float(v) for c, v in m["usage"].items()},
+                **cost_metrics(m.get("cost_usd") or {}),
                 "time/seconds": time.perf_counter() - started,
             },
             step=0,

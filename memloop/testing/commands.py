@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def all_parsers(
@@ -18,6 +19,37 @@ def all_parsers(
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 yield from all_parsers(sub, (*path, name))
+
+
+def small_evolve(root: Path, experiment: str, users: tuple[int, int, int], **settings: Any) -> Any:
+    """An evolve config of an AWI policy on a small procedural environment, written under `root`.
+
+    `users`: (train, val, test), each user 2 periods x 2 questions; MLflow on sqlite and the run
+    folders under `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers).
+    """
+    import yaml
+
+    from memloop.optimize.config import EvolveConfig, load_config
+
+    (root / "awi.yaml").write_text("type: awi\n")
+    train, val, test = users
+    data = {
+        "experiment": experiment,
+        "environment": {
+            "procedural": {"users": sum(users), "periods": 2, "questions": 2, "seed": 1},
+            "train_users": train,
+            "val_users": val,
+            "test_users": test,
+        },
+        "policy": str(root / "awi.yaml"),
+        "feedback_modes": ["complete"],
+        "evolvers": ["reflective"],
+        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+        "out_dir": str(root / "runs"),
+        **settings,
+    }
+    (root / "exp.yaml").write_text(yaml.safe_dump(data))
+    return load_config(root / "exp.yaml", EvolveConfig)
 
 
 def eval_argv(

@@ -59,6 +59,7 @@ from memloop.environment.llm_pipeline.step_utterances import (
 from memloop.environment.llm_pipeline.store import RunStore
 from memloop.environment.validation import check_item, check_items
 from memloop.llm.client import ChatClient
+from memloop.llm.usage import UsageRows, usage_delta
 
 T = TypeVar("T")
 ITEM_STEP = "item"
@@ -113,7 +114,7 @@ class PipelineResult:
     steps_run: int = 0
     steps_skipped: int = 0
     elapsed_s: float = 0.0
-    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    usage: UsageRows = field(default_factory=dict)
     refinements: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
 
@@ -366,18 +367,6 @@ class _Run:
         self.cancel = threading.Event()
 
 
-def _usage_delta(
-    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
-) -> dict[str, dict[str, int]]:
-    out = {}
-    for component, row in after.items():
-        old = before.get(component, {})
-        delta = {key: value - old.get(key, 0) for key, value in row.items()}
-        if any(delta.values()):
-            out[component] = delta
-    return out
-
-
 def run_pipeline(
     config: PipelineConfig,
     out_dir: str | Path,
@@ -465,7 +454,7 @@ def run_pipeline(
         report_path=store.report_path,
         steps_run=tracker.run,
         steps_skipped=tracker.skipped,
-        usage=_usage_delta(usage_before, client.usage.summary()),
+        usage=usage_delta(usage_before, client.usage.summary()),
         refinements={u.user_id: dict(u.failed_attempts) for u in users if u.failed_attempts},
         notes={u.user_id: list(u.notes) for u in users if u.notes},
     )
