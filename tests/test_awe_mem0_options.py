@@ -70,7 +70,7 @@ def test_awe_on_qdrant_on_disk_checkpoint_and_resume(fake, client, tmp_path):  #
 
 
 def test_awe_on_faiss_checkpoints_re_embed_the_stored_vectors(fake, client, tmp_path):  # noqa: F811
-    pytest.importorskip("faiss")
+    import faiss  # noqa: F401  (the dev extra's: a missing install fails here, never skips)
     config = AWEConfig(update_freq=2, short_term_len=0, top_k=1, vector_store=FAISS)
     policy = build_policy(config, client, tmp_path / "bob" / "workdir")
     chat(policy, "Hi, I live in Lisbon.", "I play the cello.", "I just moved to Oslo!")
@@ -149,8 +149,6 @@ def test_a_server_store_gets_a_collection_per_user_and_its_secret_from_the_envir
 
 @pytest.mark.parametrize("store", [QDRANT_ON_DISK, FAISS], ids=["qdrant", "faiss"])
 def test_rag_with_a_store_meets_the_policy_contract(fake, client, tmp_path, store):  # noqa: F811
-    if store is FAISS:
-        pytest.importorskip("faiss")
     config = RAGConfig(vector_store=store)
     report = check_policy(lambda: build_policy(config, client, tmp_path / "work"), workdir=tmp_path)
     assert report.ok and len(report.checks) > 20
