@@ -71,6 +71,7 @@ def test_awe_on_qdrant_on_disk_checkpoint_and_resume(fake, client, tmp_path):  #
 
 def test_awe_on_faiss_checkpoints_re_embed_the_stored_vectors(fake, client, tmp_path):  # noqa: F811
     import faiss  # noqa: F401  (the dev extra's: a missing install fails here, never skips)
+
     config = AWEConfig(update_freq=2, short_term_len=0, top_k=1, vector_store=FAISS)
     policy = build_policy(config, client, tmp_path / "bob" / "workdir")
     chat(policy, "Hi, I live in Lisbon.", "I play the cello.", "I just moved to Oslo!")
