@@ -205,36 +205,14 @@ def test_plot_cycles_writes_png_pdf_and_svg(tmp_path):
 
 
 def test_evolve_logs_each_runs_figure_to_its_mlflow_run(tmp_path):
-    import yaml
-
-    from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
     from memloop.runs import tracker
     from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+    from memloop.testing.commands import small_evolve
 
-    policy = tmp_path / "awi.yaml"
-    policy.write_text("type: awi\n")
-    config_file = tmp_path / "exp.yaml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "experiment": "figures",
-                "environment": {
-                    "procedural": {"users": 3, "periods": 1, "questions": 2, "seed": 1},
-                    "train_users": 1,
-                    "val_users": 1,
-                    "test_users": 1,
-                },
-                "policy": str(policy),
-                "feedback_modes": ["none", "complete"],
-                "evolvers": ["reflective"],
-                "cycles": 2,
-                "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-                "out_dir": str(tmp_path / "runs"),
-            }
-        )
+    config = small_evolve(
+        tmp_path, "figures", (1, 1, 1), periods=1, feedback_modes=["none", "complete"], cycles=2
     )
-    config = load_config(config_file, EvolveConfig)
     fake = FakeOpenAIServer(reply=evolve_loop_reply).__enter__()  # one port: one run identity
     roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
     outcomes = run_evolve(config, progress=False, clients=roles, builder=scripted_builder())

@@ -12,40 +12,15 @@ from memloop.environment.episode import EpisodeProgress
 from memloop.environment.procedural import generate_procedural
 from memloop.llm.usage import UsageTracker
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
-
-
-def write_config(tmp_path):
-    import yaml
-
-    (tmp_path / "awi.yaml").write_text("type: awi\n")
-    path = tmp_path / "exp.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "experiment": "bars",
-                "environment": {
-                    "procedural": {"users": 3, "periods": 1, "questions": 1, "seed": 1},
-                    "train_users": 1,
-                    "val_users": 1,
-                    "test_users": 1,
-                },
-                "policy": str(tmp_path / "awi.yaml"),
-                "feedback_modes": ["complete"],
-                "evolvers": ["playbook"],
-                "cycles": 1,
-                "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-                "out_dir": str(tmp_path / "runs"),
-            }
-        )
-    )
-    return path
+from memloop.testing.commands import small_evolve
 
 
 def test_an_evolve_s_bars_name_condition_cycle_split_and_calls(tmp_path, capsys):
-    from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
 
-    config = load_config(write_config(tmp_path), EvolveConfig)
+    config = small_evolve(
+        tmp_path, "bars", (1, 1, 1), periods=1, questions=1, evolvers=["playbook"], cycles=1
+    )
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
         run_evolve(config, progress=True, clients=roles, builder=scripted_builder())

@@ -11,6 +11,7 @@ import pytest
 
 from memloop.core.tables import format_table, metric_column, objective_first
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+from memloop.testing.commands import small_evolve
 
 HEADERS = ["name", "score", "n"]
 ROWS = [["a", 0.5, 3], ["b, c", None, 12]]
@@ -82,35 +83,17 @@ def test_one_name_per_quantity_and_the_objective_first():
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     """A baseline and an evolved run ranked on state accuracy, on the fake model; its config."""
-    import yaml
-
-    from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
 
     tmp = tmp_path_factory.mktemp("tables")
-    (tmp / "awi.yaml").write_text("type: awi\n")
-    config_path = tmp / "exp.yaml"
-    config_path.write_text(
-        yaml.safe_dump(
-            {
-                "experiment": "tables",
-                "environment": {
-                    "procedural": {"users": 6, "periods": 2, "questions": 2, "seed": 1},
-                    "train_users": 2,
-                    "val_users": 2,
-                    "test_users": 2,
-                },
-                "policy": str(tmp / "awi.yaml"),
-                "feedback_modes": ["none", "question_only"],
-                "evolvers": ["reflective"],
-                "objective": "state_accuracy",
-                "cycles": 2,
-                "tracking_uri": f"sqlite:///{tmp}/mlruns/mlflow.db",
-                "out_dir": str(tmp / "runs"),
-            }
-        )
+    config = small_evolve(
+        tmp,
+        "tables",
+        (2, 2, 2),
+        feedback_modes=["none", "question_only"],
+        objective="state_accuracy",
+        cycles=2,
     )
-    config = load_config(config_path, EvolveConfig)
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         roles = fake_roles(fake.base_url, tmp / "c.sqlite")
         run_evolve(config, progress=False, clients=roles, builder=scripted_builder())

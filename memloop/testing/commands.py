@@ -21,10 +21,18 @@ def all_parsers(
                 yield from all_parsers(sub, (*path, name))
 
 
-def small_evolve(root: Path, experiment: str, users: tuple[int, int, int], **settings: Any) -> Any:
+def small_evolve(
+    root: Path,
+    experiment: str,
+    users: tuple[int, int, int],
+    *,
+    periods: int = 2,
+    questions: int = 2,
+    **settings: Any,
+) -> Any:
     """An evolve config of an AWI policy on a small procedural environment, written under `root`.
 
-    `users`: (train, val, test), each user 2 periods x 2 questions; MLflow on sqlite and the run
+    `users`: (train, val, test), each user `periods` x `questions`; MLflow on sqlite and the run
     folders under `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers).
     """
     import yaml
@@ -36,7 +44,12 @@ def small_evolve(root: Path, experiment: str, users: tuple[int, int, int], **set
     data = {
         "experiment": experiment,
         "environment": {
-            "procedural": {"users": sum(users), "periods": 2, "questions": 2, "seed": 1},
+            "procedural": {
+                "users": sum(users),
+                "periods": periods,
+                "questions": questions,
+                "seed": 1,
+            },
             "train_users": train,
             "val_users": val,
             "test_users": test,
