@@ -86,7 +86,7 @@ def test_dspy_export_loads_into_the_policys_program(evolved, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--format", "mem0"], "is a awi run whose prompts (writer) are not mem0's"),
+        (["--format", "mem0"], "policy 'awi' has prompts (writer), not mem0's"),
         (["--cycle", "7"], "--cycle 7: "),
         (["--format", "dspy"], "name a .json file"),
     ],

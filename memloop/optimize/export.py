@@ -188,8 +188,8 @@ def mem0_config(exported: Exported) -> dict[str, Any]:
     missing = [name for name in MEM0_KEYS if name not in exported.prompts]
     if missing:
         raise UserError(
-            f"--format mem0: run {exported.run} is a {exported.policy} run whose prompts "
-            f"({', '.join(exported.prompts) or 'none'}) are not mem0's; use --format text or dspy"
+            f"--format mem0: run {exported.run}'s policy {exported.policy!r} has prompts "
+            f"({', '.join(exported.prompts) or 'none'}), not mem0's; use --format text or dspy"
         )
     out: dict[str, Any] = {"version": "v1.1"}
     for name, key in MEM0_KEYS.items():

@@ -254,7 +254,15 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         str(args.port),
         "--workers",
         str(args.workers),
+        # quiet: no "registry store not provided" line, no per-request and start-up INFO lines
+        "--registry-store-uri",
+        args.tracking_uri,
+        "--uvicorn-opts",
+        "--log-level warning",
     ]
+    os.environ["MLFLOW_LOGGING_LEVEL"] = "WARNING"  # the job executor's INFO lines
+    # starlette deprecates the WSGI bridge MLflow 3.17 imports: not the user's to act on
+    os.environ["PYTHONWARNINGS"] = "ignore:starlette.middleware.wsgi is deprecated"
     print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
     os.execvp(cmd[0], cmd)
     return 0
