@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: a bare `torch` requirement resolved later would pull the CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[local-1_5b,local-0_5b,postgres,dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[local-1_5b,local-0_5b,postgres,graph,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,8 +1,8 @@
 """AWE's and RAG's mem0 options against real mem0 and real vector stores (qdrant on disk, faiss),
 with the scripted loopback LLM of test_policies_external: memories land in each user's folder,
 checkpoints restore them (a store that lists no vectors gets them from the embedder), parallel
-users never share a store, bad options are one line naming the key, graph memory is refused, and
-a policy without the option keeps its identity."""
+users never share a store, bad options are one line naming the key, and a policy without the
+option keeps its identity (graph memory: test_awe_graph)."""
 
 from __future__ import annotations
 
@@ -202,24 +202,17 @@ BAD = [
 @pytest.mark.parametrize("option, message", BAD, ids=[m.split("'")[1] for _, m in BAD])
 @pytest.mark.parametrize("kind", ["awe", "rag"])
 def test_a_bad_option_is_one_line_naming_the_key(tmp_path, kind, option, message):
+    refused_in_one_line(tmp_path, f"type: {kind}\nvector_store:\n  {option}\n", message)
+
+
+def refused_in_one_line(tmp_path: Path, policy_yaml: str, message: str) -> None:
+    """Loading `policy_yaml` fails with one line: the file, then `message`."""
     path = tmp_path / "policy.yaml"
-    path.write_text(f"type: {kind}\nvector_store:\n  {option}\n")
+    path.write_text(policy_yaml)
     with pytest.raises(UserError) as caught:
         load_policy_config(path)
     assert str(caught.value).startswith(f"{path}: {message}")
     assert "\n" not in str(caught.value)
-
-
-def test_graph_memory_is_refused_with_the_reason(tmp_path):
-    path = tmp_path / "policy.yaml"
-    path.write_text("type: awe\ngraph_store: {provider: kuzu, config: {db: g.kuzu}}\n")
-    with pytest.raises(UserError) as caught:
-        load_policy_config(path)
-    assert str(caught.value) == (
-        f"{path}: key 'graph_store': mem0's graph memory is not offered: it asks the LLM for tool "
-        "calls, which memloop's mem0 shim does not route (memloop's chat client sends no tools), "
-        "and a checkpoint cannot save or restore a graph"
-    )
 
 
 def test_dimensions_other_than_the_embedders_are_refused(client, tmp_path):  # noqa: F811

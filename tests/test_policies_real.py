@@ -125,3 +125,24 @@ def test_awi_writes_nothing_from_a_conversation_without_user_facts(local_client,
         policy.respond(message)
     assert policy.writes >= 1  # the writer ran on the oldest turns and wrote nothing
     assert policy.memory_view() == ""
+
+
+def test_awe_graph_memory_on_the_embedded_model(local_client, tmp_path):
+    # mem0's own graph code on a real Kùzu graph, its tool calls answered by the embedded model
+    # as JSON through memloop's client: each answer parses, and what it wrote survives a
+    # checkpoint. (The 0.5B model's relations are poor; what they say is not asserted.)
+    config = AWEConfig(update_freq=2, short_term_len=0, graph_store={"provider": "kuzu"})
+    policy = build_policy(config, local_client, tmp_path / "work")
+    before = local_client.usage.summary().get("memory", {}).get("calls", 0)
+    policy.graph.add("I live in Lisbon and I play the cello.", {"user_id": "user"})
+    # entities, relations, deletions (asked even of an empty graph)
+    assert local_client.usage.summary()["memory"]["calls"] == before + 3
+    assert policy.llm.schema_failures == 0
+    relations = policy.relation_lines()
+    assert relations, "the graph holds no relation"
+    policy.save(tmp_path / "ckpt")
+    restored = build_policy(config, local_client, tmp_path / "work").load(tmp_path / "ckpt")
+    assert restored.relation_lines() == relations
+    assert restored.memory_view() == policy.memory_view() != ""
+    for p in (policy, restored):
+        p.close()

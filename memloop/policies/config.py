@@ -138,15 +138,6 @@ class _ExternalConfig(_BufferedConfig):
         "default: an in-process Qdrant",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_graph_store(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "graph_store" in data:
-            from memloop.policies.mem0_options import GRAPH_STORE_REFUSED
-
-            raise KeyProblem("graph_store", GRAPH_STORE_REFUSED)
-        return data
-
     @field_validator("vector_store", mode="before")
     @classmethod
     def _mem0_vector_store(cls, value: Any) -> dict[str, Any] | None:
@@ -160,8 +151,9 @@ class _ExternalConfig(_BufferedConfig):
     def _unset_store_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # absent when unset: configs (and run identities) from before the option stay the same
         data = handler(self)
-        if self.vector_store is None:
-            data.pop("vector_store", None)
+        for option in ("vector_store", "graph_store"):
+            if data.get(option, ...) is None:
+                data.pop(option)
         return data
 
 
@@ -169,6 +161,21 @@ class AWEConfig(_ExternalConfig):
     """Agentic write, external: mem0 extracts facts and reconciles them with a vector store."""
 
     type: Literal["awe"] = "awe"
+    graph_store: dict[str, Any] | None = Field(
+        None,
+        description="mem0's graph memory, {provider: kuzu} plus mem0's threshold and "
+        "custom_prompt: one embedded graph per user, written and searched beside the vector "
+        "store (docs/experiments.md); default: none",
+    )
+
+    @field_validator("graph_store", mode="before")
+    @classmethod
+    def _mem0_graph_store(cls, value: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from memloop.policies.mem0_options import check_graph_store
+
+        return check_graph_store(value)
 
     def default_name(self) -> str:
         return f"awe-{self.update_freq}-{self.short_term_len}-{self.top_k}"
@@ -178,6 +185,15 @@ class RAGConfig(_ExternalConfig):
     """Raw messages in a vector store (no LLM write), top-k retrieval."""
 
     type: Literal["rag"] = "rag"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_graph_store(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "graph_store" in data:
+            from memloop.policies.mem0_options import GRAPH_STORE_OF_RAG
+
+            raise KeyProblem("graph_store", GRAPH_STORE_OF_RAG)
+        return data
 
     def default_name(self) -> str:
         return f"rag-{self.update_freq}-{self.short_term_len}-{self.top_k}"

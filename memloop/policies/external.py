@@ -36,7 +36,7 @@ from qdrant_client import QdrantClient  # noqa: E402
 
 from memloop.core.errors import UserError  # noqa: E402
 from memloop.core.files import atomic_write_json  # noqa: E402
-from memloop.llm.client import ChatClient  # noqa: E402
+from memloop.llm.client import ChatClient, ChatResult  # noqa: E402
 from memloop.policies.base import (  # noqa: E402
     BufferedMemoryPolicy,
     Message,
@@ -46,10 +46,18 @@ from memloop.policies.base import (  # noqa: E402
 )
 from memloop.policies.config import AWEConfig, RAGConfig  # noqa: E402
 from memloop.policies.embedder import SharedEmbedder  # noqa: E402
+from memloop.policies.mem0_graph import (  # noqa: E402
+    GRAPH_FILE,
+    close_graph,
+    load_graph,
+    relation_line,
+    save_graph,
+)
 from memloop.policies.mem0_options import (  # noqa: E402
     COLLECTION,
     is_local,
     listed,
+    mem0_graph_store,
     mem0_vector_store,
 )
 from memloop.policies.programs import AWEProgram, load_program, program_prompts, save_program  # noqa: E402
@@ -100,12 +108,76 @@ def memory_actions_schema(valid_ids: list[str]) -> dict[str, Any]:
     }
 
 
+def tool_calls_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON answer that stands for calls of `tools` (OpenAI function tools): {"calls": [...]}.
+
+    With one tool each call is that function's arguments; with several, {name, arguments}.
+    """
+    functions = [tool["function"] for tool in tools]
+    if len(functions) == 1:
+        items: dict[str, Any] = functions[0]["parameters"]
+    else:
+        items = {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "enum": [f["name"]]},
+                        "arguments": f["parameters"],
+                    },
+                    "required": ["name", "arguments"],
+                    "additionalProperties": False,
+                }
+                for f in functions
+            ]
+        }
+    return {
+        "type": "object",
+        "properties": {"calls": {"type": "array", "items": items}},
+        "required": ["calls"],
+        "additionalProperties": False,
+    }
+
+
+def tool_calls_instruction(tools: list[dict[str, Any]]) -> str:
+    """What the tools' descriptions tell a model, for a request that answers in JSON instead."""
+    functions = [tool["function"] for tool in tools]
+    listed = "\n".join(f"- {f['name']}: {f.get('description', '').strip()}" for f in functions)
+    shape = "its arguments" if len(functions) == 1 else '{"name": FUNCTION, "arguments": {...}}'
+    return (
+        f"\n\nFunctions you can call:\n{listed}\nCall them by answering with JSON "
+        f'{{"calls": [...]}}, one element per call, each given as {shape}.'
+    )
+
+
+def with_tool_instruction(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`messages` with the tools described at the end of the system message."""
+    note = tool_calls_instruction(tools)
+    if messages and messages[0].get("role") == "system":
+        first = {**messages[0], "content": f"{messages[0].get('content', '')}{note}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": note.strip()}, *messages]
+
+
+def as_tool_calls(tools: list[dict[str, Any]], answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls of an answer to `tool_calls_schema(tools)`, as mem0 reads tool_calls."""
+    functions = [tool["function"] for tool in tools]
+    if len(functions) == 1:
+        return [{"name": functions[0]["name"], "arguments": a} for a in answer["calls"]]
+    return [{"name": c["name"], "arguments": c["arguments"]} for c in answer["calls"]]
+
+
 class Mem0ChatLLM:
     """mem0's LLM interface over memloop's ChatClient.
 
-    mem0 sends two kinds of request: fact extraction (a system prompt + 'Input: ...') and
-    reconciliation (one user message); each gets its JSON schema, so even a small model answers in
-    the shape mem0 parses.
+    mem0 sends three kinds of request: fact extraction (a system prompt + 'Input: ...'),
+    reconciliation (one user message) and, for graph memory, tool calls. Each gets a JSON schema,
+    so even a small model answers in the shape mem0 parses. Tool calls are asked as a JSON answer
+    (`tool_calls_schema`, with the tools described in the system message) rather than through the
+    API's `tools`: every endpoint memloop talks to constrains JSON, not every one calls tools, and
+    the answer is cached and counted like any other.
     """
 
     def __init__(self, client: ChatClient, component: str = "memory"):
@@ -123,7 +195,9 @@ class Mem0ChatLLM:
         tools: Any = None,
         tool_choice: str = "auto",
         **kwargs: Any,
-    ) -> str:
+    ) -> Any:
+        if tools:
+            return self._tool_calls(messages, list(tools))
         if messages and messages[0].get("role") == "system":
             schema = FACTS_SCHEMA
         elif response_format is not None:
@@ -132,17 +206,29 @@ class Mem0ChatLLM:
             schema = memory_actions_schema(ids)
         else:
             schema = None
+        return self._ask(messages, schema).text
+
+    def _tool_calls(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        result = self._ask(with_tool_instruction(messages, tools), tool_calls_schema(tools))
+        if not result.ok:
+            return {"content": result.text, "tool_calls": []}
+        return {"content": None, "tool_calls": as_tool_calls(tools, result.parsed)}
+
+    def _ask(self, messages: list[dict[str, Any]], schema: dict[str, Any] | None) -> ChatResult:
         try:
             result = self.client.chat(messages, component=self.component, schema=schema)
         except UserError as exc:
-            # mem0 swallows exceptions of the reconciliation call; keep it to re-raise after add.
+            # mem0 swallows exceptions of some calls (reconciliation, graph updates): keep it to
+            # re-raise after add.
             with self._lock:
                 self._fatal = exc
             raise
         if not result.ok:
             with self._lock:
                 self.schema_failures += 1
-        return result.text
+        return result
 
     def take_fatal(self) -> BaseException | None:
         with self._lock:
@@ -186,6 +272,10 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         self._qdrant = store.client if isinstance(store, Qdrant) else None
         self.memory.llm = self.llm
         self.memory.embedding_model = self.embedder
+        self.graph = self.memory.graph  # mem0's graph memory (AWE's graph_store:), or None
+        if self.graph is not None:
+            self.graph.llm = self.llm
+            self.graph.embedding_model = self.embedder
 
     def _open_mem0(self, option: dict[str, Any] | None) -> Memory:
         """mem0 on the default in-process Qdrant, or on the store `option` names."""
@@ -225,6 +315,9 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             "history_db_path": str(self._private_dir / "mem0-history.sqlite"),
             "version": "v1.1",
         }
+        graph_option = getattr(self.config, "graph_store", None)
+        if graph_option is not None:
+            mem0_config["graph_store"] = mem0_graph_store(graph_option)
         if self.infer:
             prompts = self.prompts()
             mem0_config["custom_fact_extraction_prompt"] = prompts["fact_extraction"]
@@ -263,8 +356,14 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
     # -- reading ------------------------------------------------------------------------------
 
     def retrieve(self, query: str) -> list[str]:
-        """The top-k memories for `query`, oldest write first, each as shown in context."""
-        hits = self.memory.search(query, user_id=USER_ID, limit=self.config.top_k)["results"]
+        """The top-k memories for `query`, oldest write first, each as shown in context.
+
+        With a graph, mem0's search also returns the graph relations of the entities in `query`
+        (reranked by BM25): they follow the memories, one `source -- relation -- destination`
+        line each.
+        """
+        found = self.memory.search(query, user_id=USER_ID, limit=self.config.top_k)
+        hits = found["results"]
         hits.sort(
             key=lambda h: (int((h.get("metadata") or {}).get("write_step") or 0), h["memory"])
         )
@@ -274,6 +373,7 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             text = hit["memory"]
             # A raw message that carries its own time tag needs no second one.
             lines.append(f"[{stamp}] {text}" if stamp and simulated_time(text) is None else text)
+        lines.extend(relation_line(r) for r in found.get("relations") or [])
         return lines
 
     def _context(
@@ -345,15 +445,25 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
 
     def memory_view(self) -> str:
         texts = self.memory_texts()
-        if not texts:  # an empty memory renders as nothing: it supports no claim
-            return ""
-        parts = [f"Stored memories ({len(texts)}):", *(f"- {t}" for t in texts)]
+        relations = self.relation_lines()
+        parts = [f"Stored memories ({len(texts)}):", *(f"- {t}" for t in texts)] if texts else []
+        if relations:
+            parts += [f"Graph relations ({len(relations)}):", *(f"- {r}" for r in relations)]
+        # an empty memory renders as nothing: it supports no claim
         return "\n".join(parts)  # written memory only: never the unwritten message buffer
+
+    def relation_lines(self) -> list[str]:
+        """Every relation of the graph memory (none without one), sorted."""
+        if self.graph is None:
+            return []
+        everything = self.graph.get_all({"user_id": USER_ID}, limit=1_000_000)
+        return sorted(relation_line(r) for r in everything)
 
     def stats(self) -> dict[str, Any]:
         return {
             **super().stats(),
             "memories": len(self._points(with_vectors=False)),
+            **({"relations": len(self.relation_lines())} if self.graph is not None else {}),
             "writes": self.writes,
             "write_errors": self.llm.schema_failures,
             **{f"events_{k.lower()}": v for k, v in self.events.items()},
@@ -393,6 +503,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         )
         if self.program is not None:
             save_program(self.program, directory / PROGRAM_FILE)
+        if self.graph is not None:
+            save_graph(self.graph, directory / GRAPH_FILE)
 
     def _load_extra(self, directory: Path) -> None:
         data = read_json(directory / MEMORIES_FILE)
@@ -415,6 +527,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             )
             for p in data["points"]:
                 self._embedded.setdefault(p["payload"].get("data", ""), p["vector"])
+        if self.graph is not None:
+            load_graph(self.graph, directory / GRAPH_FILE)
 
     def close(self) -> None:
         try:
@@ -424,6 +538,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
                     warnings.simplefilter("ignore")
                     self.memory.vector_store.delete_col()
             self.memory.close()
+            if self.graph is not None:
+                close_graph(self.graph)
             if self._qdrant is not None:
                 self._qdrant.close()
         finally:

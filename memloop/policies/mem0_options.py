@@ -1,4 +1,4 @@
-"""The mem0 options of AWE and RAG: `vector_store:` passed through to mem0, `graph_store:` refused.
+"""The mem0 options of AWE and RAG: `vector_store:` and (AWE only) `graph_store:`, passed to mem0.
 
 `vector_store: {provider: NAME, config: {...}}` is mem0's own vector store setting, checked by
 mem0's own config classes when the policy YAML is read. memloop owns four things in it:
@@ -12,6 +12,13 @@ mem0's own config classes when the policy YAML is read. memloop owns four things
 - secrets: a key ending in `_env` names the environment variable holding the value of the key
   without it (`password_env: PGPASSWORD`); the config, and so the run's identity, never holds the
   secret itself.
+
+`graph_store: {provider: kuzu, threshold: ..., custom_prompt: ...}` is mem0's graph memory on
+the embedded Kùzu database: one in-memory graph per policy instance (so `config.db` is memloop's),
+its LLM and embedder routed like the rest of mem0's (`llm:` refused). Graph stores on a server
+(neo4j, memgraph, neptune, apache_age) are refused: mem0 keeps every user of a server graph under
+the same user id here, so parallel users would share one graph. RAG writes without an LLM, so it
+has no graph.
 
 Importing mem0 takes about a second, so this module imports it only when a store is named.
 """
@@ -28,15 +35,19 @@ from typing import Any
 from memloop.core.config import KeyProblem
 from memloop.core.errors import UserError
 
-GRAPH_STORE_REFUSED = (
-    "mem0's graph memory is not offered: it asks the LLM for tool calls, which memloop's mem0 "
-    "shim does not route (memloop's chat client sends no tools), and a checkpoint cannot save or "
-    "restore a graph"
+GRAPH_STORE_OF_RAG = (
+    "RAG writes raw messages without an LLM, and mem0's graph memory is written by an LLM: use "
+    "type: awe for a graph"
+)
+GRAPH_PROVIDERS = ("kuzu",)
+GRAPH_SERVER_REFUSED = (
+    "mem0's {provider} graph lives on a server where every user would share one graph (mem0 "
+    "files them all under one user id here); memloop offers the embedded graph: provider: kuzu"
 )
 ROUTED = {
     "embedder": "memloop routes mem0's embedder (the policy's embedding_model), not set here",
     "llm": "memloop routes mem0's LLM (the policy's endpoint), not set here",
-    "graph_store": GRAPH_STORE_REFUSED,
+    "graph_store": "a mem0 option of its own: write graph_store: beside vector_store:",
 }
 OWNED = {
     "collection_name": "memloop names one collection per user and policy; leave it out",
@@ -168,6 +179,63 @@ def check_vector_store(value: Any) -> dict[str, Any]:
     except ValueError as exc:  # pydantic's ValidationError, or a mem0 validator's own
         raise _mem0_problem(exc, provider) from None
     return {"provider": provider, "config": dict(config)}
+
+
+def check_graph_store(value: Any) -> dict[str, Any]:
+    """The `graph_store:` option, checked by mem0's GraphStoreConfig (KeyProblem as above)."""
+    if not isinstance(value, dict):
+        raise KeyProblem("", "expected a mapping {provider: kuzu, threshold: ..., ...}")
+    allowed = ("provider", "config", "threshold", "custom_prompt")
+    for key in value:
+        if key in ROUTED:
+            raise KeyProblem(str(key), ROUTED[key])
+        if key not in allowed:
+            raise KeyProblem(str(key), f"unknown key (allowed: {', '.join(allowed)})")
+    _mem0()  # mem0 imported with memloop's offline defaults
+    from mem0.graphs.configs import GraphStoreConfig
+
+    provider = value.get("provider")
+    if provider is None:
+        raise KeyProblem("provider", "name the graph store: provider: kuzu")
+    if provider not in GRAPH_PROVIDERS:
+        known = GraphStoreConfig.model_fields["provider"].description or ""
+        if not isinstance(provider, str) or provider not in known:
+            raise KeyProblem("provider", f"mem0 has no graph store {provider!r}")
+        raise KeyProblem("provider", GRAPH_SERVER_REFUSED.format(provider=provider))
+    config = value.get("config") or {}
+    if not isinstance(config, dict):
+        raise KeyProblem("config", "expected a mapping")
+    for key in config:
+        if key == "db":
+            raise KeyProblem(
+                "config.db",
+                "memloop keeps one in-memory graph per user and policy (checkpoints keep it); "
+                "leave it out",
+            )
+        raise KeyProblem(f"config.{key}", "not a setting of mem0's kuzu graph (it has: db)")
+    try:
+        importlib.import_module("mem0.memory.kuzu_memory")
+    except ImportError as exc:
+        missing = " ".join(str(exc).split())
+        raise KeyProblem(
+            "provider",
+            f"mem0's kuzu graph cannot be loaded: {missing} (pip install 'memloop[graph]')",
+        ) from None
+    option: dict[str, Any] = {k: value[k] for k in ("threshold", "custom_prompt") if k in value}
+    try:
+        GraphStoreConfig(provider="kuzu", config={"db": ":memory:"}, **option)
+    except ValueError as exc:
+        errors = getattr(exc, "errors", None)
+        first = errors()[0] if callable(errors) else {"loc": (), "msg": str(exc)}
+        loc = ".".join(str(p) for p in first["loc"])
+        raise KeyProblem(loc, f"{first['msg']} (mem0's graph store)") from None
+    return {"provider": "kuzu", **option}
+
+
+def mem0_graph_store(option: dict[str, Any]) -> dict[str, Any]:
+    """mem0's `graph_store` setting for one policy instance: its own in-memory Kùzu graph."""
+    settings: dict[str, Any] = {k: option[k] for k in ("threshold", "custom_prompt") if k in option}
+    return {"provider": "kuzu", "config": {"db": ":memory:"}, **settings}
 
 
 def _secret_of(key: Any, fields: set[str]) -> str | None:

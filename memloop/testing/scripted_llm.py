@@ -1,13 +1,15 @@
 """A scriptable stand-in for the model behind the policies, for tests without a real LLM.
 
 Give it to :class:`memloop.testing.FakeOpenAIServer` as ``reply=``. It tells the policies'
-requests apart (chat reply, probe, AWI writer, mem0 fact extraction, mem0 reconciliation) and
-answers each with the handler given for it; every request is also logged by kind.
+requests apart (chat reply, probe, AWI writer, mem0 fact extraction, mem0 reconciliation, mem0's
+graph tool calls) and answers each with the handler given for it; every request is also logged by
+kind.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +23,7 @@ def _text(body: dict[str, Any]) -> str:
 
 
 def request_kind(body: dict[str, Any]) -> str:
-    """'writer', 'facts', 'actions', 'probe' (any other JSON schema) or 'chat' (no schema)."""
+    """'writer', 'facts', 'actions', 'tools', 'probe' (any other schema) or 'chat' (no schema)."""
     schema = request_schema(body) or {}
     properties = schema.get("properties") or {}
     if "edits" in properties:
@@ -30,6 +32,8 @@ def request_kind(body: dict[str, Any]) -> str:
         return "facts"
     if set(properties) == {"memory"}:
         return "actions"
+    if set(properties) == {"calls"}:
+        return "tools"
     return "probe" if body.get("response_format") else "chat"
 
 
@@ -37,8 +41,8 @@ class ScriptedMemoryLLM:
     """Callable reply function.
 
     Handlers return a str (sent as is) or a JSON-able value: `writer` -> list of {label, value}
-    edits, `facts` -> list of str, `actions` -> list of {id, text, event, old_memory}, `probe` ->
-    any JSON value, `chat` -> str.
+    edits, `facts` -> list of str, `actions` -> list of {id, text, event, old_memory}, `tools` ->
+    the list of calls (see `called_functions`), `probe` -> any JSON value, `chat` -> str.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class ScriptedMemoryLLM:
         writer: Handler | None = None,
         facts: Handler | None = None,
         actions: Handler | None = None,
+        tools: Handler | None = None,
         probe: Handler | None = None,
     ):
         self.handlers: dict[str, Handler | str | None] = {
@@ -55,6 +60,7 @@ class ScriptedMemoryLLM:
             "writer": writer,
             "facts": facts,
             "actions": actions,
+            "tools": tools,
             "probe": probe,
         }
         self.log: list[tuple[str, dict[str, Any]]] = []
@@ -75,12 +81,21 @@ class ScriptedMemoryLLM:
             return json.dumps({"facts": value or []})
         if kind == "actions":
             return json.dumps({"memory": value or []})
+        if kind == "tools":
+            return json.dumps({"calls": value or []})
         if kind == "probe":
             return json.dumps(value if value is not None else {"answer": 1})
         return "ok"
 
     def requests(self, kind: str) -> list[dict[str, Any]]:
         return [body for k, body in self.log if k == kind]
+
+
+def called_functions(body: dict[str, Any]) -> list[str]:
+    """The functions a tool-call request (kind 'tools') offers, as its system message lists them."""
+    system = str((body.get("messages") or [{}])[0].get("content", ""))
+    listed = system.rsplit("Functions you can call:", 1)[-1]
+    return re.findall(r"^- (\w+):", listed, re.M)
 
 
 def conversation_of(body: dict[str, Any]) -> str:
