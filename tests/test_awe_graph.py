@@ -180,6 +180,7 @@ def test_the_graph_option_is_part_of_the_policy(tmp_path):
     config = load_policy_config(path)
     assert config.model_dump()["graph_store"] == {"provider": "kuzu", "threshold": 0.9}
     assert "graph_store" not in AWEConfig().model_dump()
+    assert (config.default_name(), AWEConfig().default_name()) == ("awe-2-4-30-graph", "awe-2-4-30")
 
 
 def test_tune_can_search_the_graphs_threshold():

@@ -178,7 +178,8 @@ class AWEConfig(_ExternalConfig):
         return check_graph_store(value)
 
     def default_name(self) -> str:
-        return f"awe-{self.update_freq}-{self.short_term_len}-{self.top_k}"
+        graph = "-graph" if self.graph_store is not None else ""  # told apart in tables
+        return f"awe-{self.update_freq}-{self.short_term_len}-{self.top_k}{graph}"
 
 
 class RAGConfig(_ExternalConfig):
