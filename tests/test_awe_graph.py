@@ -15,6 +15,9 @@ from test_awe_mem0_options import refused_in_one_line
 from test_policies_external import actions_of, client, facts_of  # noqa: F401  (fixture)
 
 from memloop.core.errors import UserError
+from memloop.environment.policy_check import check_policy
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
 from memloop.policies import AWEConfig, build_policy, load_policy_config
 from memloop.policies.external import as_tool_calls, tool_calls_schema
 from memloop.testing import FakeOpenAIServer
@@ -128,6 +131,38 @@ def test_parallel_users_each_have_their_own_graph(client, tmp_path):  # noqa: F8
     with ThreadPoolExecutor(2) as pool:
         lines = list(pool.map(user, ["ana", "ola"], CITIES))
     assert lines == [["user -- lives_in -- lisbon"], ["user -- lives_in -- oslo"]]
+
+
+def test_awe_with_a_graph_meets_the_policy_contract(client, tmp_path):  # noqa: F811
+    config = AWEConfig(update_freq=2, short_term_len=0, graph_store=GRAPH)
+    report = check_policy(lambda: build_policy(config, client, tmp_path / "work"), workdir=tmp_path)
+    assert report.ok and len(report.checks) > 20
+    assert list((tmp_path / "work").iterdir()) == []  # closed policies leave no files
+
+
+def test_a_broken_graph_answer_counts_as_a_read_or_a_write_error(tmp_path):
+    def broken_on_questions(text, body):
+        if "?" in conversation_of(body):
+            return '{"calls": "not a list"}'
+        return graph_calls(text, body)
+
+    script = ScriptedMemoryLLM(facts=facts_of, actions=actions_of, tools=broken_on_questions)
+    with FakeOpenAIServer(reply=script) as server:
+        client = ChatClient(Endpoint(model="m", base_url=server.base_url))
+        config = AWEConfig(update_freq=2, short_term_len=0, graph_store=GRAPH)
+        policy = build_policy(config, client, tmp_path / "w")
+        chat(policy, "Hi, I live in Lisbon.", "Do you like music?")
+        # two writes (one per turn): the second's excerpt holds a question, so its three graph
+        # answers (entities, relations, deletions) broke; one retrieval (the question's) broke
+        assert policy.relation_lines() == ["user -- lives_in -- lisbon"]
+        assert (policy.stats()["write_errors"], policy.stats()["read_errors"]) == (3, 1)
+        policy.retrieve(CITY)
+        assert (policy.stats()["write_errors"], policy.stats()["read_errors"]) == (3, 2)
+        policy.save(tmp_path / "ckpt")
+        restored = build_policy(config, client, tmp_path / "w").load(tmp_path / "ckpt")
+        assert (restored.stats()["write_errors"], restored.stats()["read_errors"]) == (3, 2)
+        for p in (policy, restored):
+            p.close()
 
 
 def test_tool_calls_as_json_round_trip():

@@ -251,6 +251,7 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         self.program = AWEProgram(**(prompts or {})) if self.infer else None
         self.buffer = MessageBuffer(config.update_freq, config.short_term_len)
         self.writes = 0
+        self.read_errors = 0  # memory answers of retrievals (a graph's) that broke their schema
         self.events = {"ADD": 0, "UPDATE": 0, "DELETE": 0}
         self.embedder = SharedEmbedder(config.embedding_model)
         self.llm = Mem0ChatLLM(client, "memory")
@@ -362,7 +363,9 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         (reranked by BM25): they follow the memories, one `source -- relation -- destination`
         line each.
         """
+        failures = self.llm.schema_failures
         found = self.memory.search(query, user_id=USER_ID, limit=self.config.top_k)
+        self.read_errors += self.llm.schema_failures - failures  # the graph's entity answers
         hits = found["results"]
         hits.sort(
             key=lambda h: (int((h.get("metadata") or {}).get("write_step") or 0), h["memory"])
@@ -465,7 +468,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             "memories": len(self._points(with_vectors=False)),
             **({"relations": len(self.relation_lines())} if self.graph is not None else {}),
             "writes": self.writes,
-            "write_errors": self.llm.schema_failures,
+            "write_errors": self.llm.schema_failures - self.read_errors,
+            **({"read_errors": self.read_errors} if self.graph is not None else {}),
             **{f"events_{k.lower()}": v for k, v in self.events.items()},
             "buffered_messages": len(self.buffer.messages),
         }
@@ -475,7 +479,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
             "buffer": self.buffer.state(),
             "writes": self.writes,
             "events": self.events,
-            "write_errors": self.llm.schema_failures,
+            "write_errors": self.llm.schema_failures - self.read_errors,
+            **({"read_errors": self.read_errors} if self.graph is not None else {}),
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -484,7 +489,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         )
         self.writes = int(state["writes"])
         self.events = {k: int(v) for k, v in state["events"].items()}
-        self.llm.schema_failures = int(state["write_errors"])
+        self.read_errors = int(state.get("read_errors", 0))
+        self.llm.schema_failures = int(state["write_errors"]) + self.read_errors
 
     def _save_extra(self, directory: Path) -> None:
         points = self._points(with_vectors=True)
