@@ -58,8 +58,7 @@ class UsageTracker:
                 row.calls += 1
             row.prompt_tokens += prompt_tokens
             row.completion_tokens += completion_tokens
-            if cost_usd is not None:
-                row.cost_usd = (row.cost_usd or 0.0) + cost_usd
+            row.cost_usd = add_costs(row.cost_usd, cost_usd)
 
     def component(self, name: str) -> ComponentUsage:
         with self._lock:
@@ -76,8 +75,7 @@ class UsageTracker:
             total.prompt_tokens += u.prompt_tokens
             total.completion_tokens += u.completion_tokens
             total.cached_tokens += u.cached_tokens
-            if u.cost_usd is not None:
-                total.cost_usd = (total.cost_usd or 0.0) + u.cost_usd
+            total.cost_usd = add_costs(total.cost_usd, u.cost_usd)
         usages.sort(key=lambda item: item[0])
         return {name: _row(u) for name, u in [*usages, ("total", total)]}
 

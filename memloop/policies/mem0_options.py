@@ -40,6 +40,8 @@ GRAPH_STORE_OF_RAG = (
     "type: awe for a graph"
 )
 GRAPH_PROVIDERS = ("kuzu",)
+# mem0 1.x's other graph stores (its GraphStoreConfig's providers): each lives on a server
+SERVER_GRAPHS = ("neo4j", "memgraph", "neptune", "neptunedb", "apache_age")
 GRAPH_SERVER_REFUSED = (
     "mem0's {provider} graph lives on a server where every user would share one graph (mem0 "
     "files them all under one user id here); memloop offers the embedded graph: provider: kuzu"
@@ -197,11 +199,10 @@ def check_graph_store(value: Any) -> dict[str, Any]:
     provider = value.get("provider")
     if provider is None:
         raise KeyProblem("provider", "name the graph store: provider: kuzu")
-    if provider not in GRAPH_PROVIDERS:
-        known = GraphStoreConfig.model_fields["provider"].description or ""
-        if not isinstance(provider, str) or provider not in known:
-            raise KeyProblem("provider", f"mem0 has no graph store {provider!r}")
+    if provider in SERVER_GRAPHS:
         raise KeyProblem("provider", GRAPH_SERVER_REFUSED.format(provider=provider))
+    if provider not in GRAPH_PROVIDERS:
+        raise KeyProblem("provider", f"mem0 has no graph store {provider!r}")
     config = value.get("config") or {}
     if not isinstance(config, dict):
         raise KeyProblem("config", "expected a mapping")
@@ -224,11 +225,9 @@ def check_graph_store(value: Any) -> dict[str, Any]:
     option: dict[str, Any] = {k: value[k] for k in ("threshold", "custom_prompt") if k in value}
     try:
         GraphStoreConfig(provider="kuzu", config={"db": ":memory:"}, **option)
-    except ValueError as exc:
-        errors = getattr(exc, "errors", None)
-        first = errors()[0] if callable(errors) else {"loc": (), "msg": str(exc)}
-        loc = ".".join(str(p) for p in first["loc"])
-        raise KeyProblem(loc, f"{first['msg']} (mem0's graph store)") from None
+    except ValueError as exc:  # pydantic's ValidationError, or a mem0 validator's own
+        loc, message = _first_error(exc)
+        raise KeyProblem(loc, f"{' '.join(message.split())} (mem0's graph store)") from None
     return {"provider": "kuzu", **option}
 
 
@@ -246,14 +245,17 @@ def _secret_of(key: Any, fields: set[str]) -> str | None:
     return None
 
 
-def _mem0_problem(exc: ValueError, provider: str) -> KeyProblem:
+def _first_error(exc: ValueError) -> tuple[str, str]:
+    """(the dotted key, the message) of the first problem a mem0 config class found."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
-    else:
-        loc, message = "", str(exc)
+        return ".".join(str(p) for p in first["loc"]), first["msg"].removeprefix("Value error, ")
+    return "", str(exc)
+
+
+def _mem0_problem(exc: ValueError, provider: str) -> KeyProblem:
+    loc, message = _first_error(exc)
     extra = _EXTRA.match(message)
     if extra:  # mem0's list of fields comes in set order: name only the offending one
         return KeyProblem(f"config.{extra.group(1)}", f"not a setting of mem0's {provider} store")
