@@ -827,8 +827,8 @@ def test_revealed_values_are_collected_at_any_depth_in_complete_and_diagnostic_s
 
 def test_rules_and_rewrites_naming_a_users_values_are_rejected():
     """A prompt shared by every user must not carry one user's facts (e.g. `shared_house`)."""
+    from memloop.core.leaks import LeakCheck, named
     from memloop.optimize.evolvers import ReflectiveEvolver, parse_rules
-    from memloop.optimize.leaks import LeakCheck, named
 
     old = "- Keep the facts the user states about themselves, e.g. whether they live alone."
     values = {"shared_house", "monthly_trips", "no", "alone"}

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from memloop.core.leaks import LeakCheck
 from memloop.feedback.summary import FeedbackSummary
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
 from memloop.optimize.contract import EvolveInput
 from memloop.optimize.evolver_check import check_evolver
-from memloop.optimize.leaks import LeakCheck
 from memloop.optimize.playbook import (
     HEADER,
     PlaybookEvolver,

@@ -92,8 +92,8 @@ def test_gepa_two_cycles(workspace, local_client):
     # copy is what GEPA's minibatch screens
     assert len(candidates) == (1 if iteration["leaks_rejected"] else 2)
     assert screened and all(json.loads(p.read_text())["mode"] == "off_policy" for p in screened)
+    from memloop.core.leaks import named
     from memloop.environment.procedural import generate_procedural
-    from memloop.optimize.leaks import named
 
     private = set().union(*(i.private_values() for i in generate_procedural(**ENV["procedural"])))
     name = run.data.tags["memloop.prompt_name"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from memloop.core.leaks import proper_nouns
 from memloop.environment.errors import EnvDataError
 
 PROFILE_FIELD_ORDER = (
@@ -38,6 +39,10 @@ PRIVATE_PROFILE_FIELDS = (
 )
 """Profile fields that tell one user apart (age, gender and marital status are categories every
 prompt may name)."""
+NOT_NAMING_FIELDS = ("uuid", "formatted_str", "gender", "marital_status")
+"""Profile fields that name no place, person or organisation of the user's (`formatted_str`
+repeats the others). Every other text field's names are private (`core.leaks.proper_nouns`),
+`complementary_info` and fields the published format does not define included."""
 
 
 class _Record(BaseModel):
@@ -204,8 +209,9 @@ class UserItem(_Record):
         """What is this user's own; no prompt shared by every user may name one of them.
 
         Every state value of every period (superseded ones too), the values the sessions reveal,
-        the name (whole and each part of 4 letters or more) and the profile's identifying fields
-        (whole, and each item of a comma-separated list).
+        the name (whole and each part of 4 letters or more), the profile's identifying fields
+        (whole, and each item of a comma-separated list) and the names (places, people,
+        organisations) its other text fields give, `complementary_info` included.
         """
         found = {str(v) for p in self.periods for v in p.state.values() if v is not None}
         found |= {
@@ -219,6 +225,14 @@ class UserItem(_Record):
                 found.update(part.strip() for part in value.split(",") if part.strip())
         if profile.name:
             found.update(part for part in profile.name.split() if len(part) >= 4)
+        # the places, people and organisations any other text field names ("grew up in Bergen")
+        fields = {
+            **profile.model_dump(exclude=set(NOT_NAMING_FIELDS)),
+            **(profile.model_extra or {}),
+        }
+        for key, value in fields.items():
+            if key not in PRIVATE_PROFILE_FIELDS and isinstance(value, str):
+                found |= proper_nouns(value)
         return found
 
     def exposed_values(self, period: int) -> list[dict[str, str]]:

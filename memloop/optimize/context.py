@@ -20,6 +20,7 @@ from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256, safe_name
+from memloop.core.leaks import LeakCheck
 from memloop.environment.data import UserItem
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.evaluate import EvaluationResult, run_evaluation, run_evaluation_groups
@@ -33,7 +34,6 @@ from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
 from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
-from memloop.optimize.leaks import LeakCheck
 from memloop.optimize.store import CycleStore
 from memloop.runs import tracker
 from memloop.runs.folder import open_run_folder
@@ -144,11 +144,12 @@ class RunContext:
         self.search_name = search.name
         self.repeat = repeat  # which draw of the condition (clients come drawn already)
         self.progress = progress
-        self.policy_config = load_policy(config.policy, config.tracking_uri)
-        self._build_policy = builder or build_policy
         # (items, description) as load_environment gives them, when the caller has them already
         items, self.env_desc = environment or load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
+        run_users = [i for split in self.users.values() for i in split]
+        self.policy_config = load_policy(config.policy, config.tracking_uri, run_users)
+        self._build_policy = builder or build_policy
         self.clients = clients or role_clients(config.endpoints)
         self.initial_prompts = policy_prompts(
             self.policy_config, self.clients.agent, self._build_policy

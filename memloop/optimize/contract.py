@@ -9,7 +9,7 @@ Each declares its settings as a pydantic model (`Settings`), read from the exper
 `settings: {<name>: {...}}` and recorded in the run's RunSpec, and is built the same way:
 `Evolver(client, settings)`, `Search(settings)`. Every one is found by name in one registry
 (optimize/registry.py). Every proposal goes through `propose` below, the one place a proposal
-is made and checked, against the leak check (optimize/leaks.py) included.
+is made and checked, against the leak check (core/leaks.py) included.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.core.leaks import LeakCheck, described
 from memloop.feedback.summary import FeedbackSummary
 from memloop.optimize.cycles import CycleRecord
-from memloop.optimize.leaks import LeakCheck, described
 
 
 class NoSettings(BaseModel):
@@ -163,7 +163,7 @@ def propose(evolver: Evolver, inputs: EvolveInput) -> EvolveStep:
     """The one way a proposal is made: the evolver's step, checked against its input.
 
     A step holds the input's predictors, each non-empty text naming no private value of the users
-    (optimize/leaks.py); what an evolver leaves out, empties or leaks keeps its old text, recorded
+    (core/leaks.py); what an evolver leaves out, empties or leaks keeps its old text, recorded
     as an error, and every leak is counted in `leaks_rejected` (with those the evolver's own use
     of `inputs.leaks` dropped). A prompt that names a private value is not screened either: the
     screen reports it undefined.

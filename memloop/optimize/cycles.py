@@ -96,7 +96,7 @@ class CycleRecord(BaseModel):
     cost_usd: dict[str, float] = Field(default_factory=dict)
     seconds: float = 0.0
     feedback: SummaryReport | None = None  # the summary the next prompts were evolved from
-    leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (optimize/leaks.py)
+    leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (core/leaks.py)
     extra: dict[str, float] = Field(default_factory=dict)  # search-specific numbers
 
     @classmethod

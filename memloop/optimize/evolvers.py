@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.core.leaks import LeakCheck, described
 from memloop.llm.client import ChatClient
 from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings
-from memloop.optimize.leaks import LeakCheck, described
 
 
 class NoEvolver:

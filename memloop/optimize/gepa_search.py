@@ -272,7 +272,7 @@ class EpisodeAdapter:
         self.feedback: FeedbackSummary | None = None  # the last reflective dataset's summary
         self.root = ctx.run_dir / "candidates"
         self.omitted = 0  # questions left out of reflection feedback by the size budget
-        self.leaks_rejected = 0  # proposals the leak check refused (optimize/leaks.py)
+        self.leaks_rejected = 0  # proposals the leak check refused (core/leaks.py)
         self.screen = screen  # screen new candidates on training users by replay
         self.train_ids = {item.id for item in ctx.train}
         self.recorded: dict[str, Path] = {}  # training user -> its latest on-policy episodes

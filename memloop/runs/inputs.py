@@ -6,6 +6,7 @@ the agent's, and an agent without one is the embedded model.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,19 @@ def describe_data_file(path: str | Path) -> dict[str, str]:
     return {"path": text if "://" in text else Path(text).name, "sha256": file_sha256(local)}
 
 
-def load_policy(path: str | Path, tracking_uri: str | None = None) -> Any:
+ACCEPT_PRIVATE = "accept_private_values"
+"""The policy YAML key that accepts starting prompts naming the run's users' private values."""
+
+
+def load_policy(
+    path: str | Path, tracking_uri: str | None = None, users: Iterable[UserItem] | None = None
+) -> Any:
     """A policy YAML's config; a plug-in's class must have every method of the Policy contract.
 
     The full conformance suite is `memloop policy check`; this refuses, in one line and before
-    anything runs, a class that cannot be one.
+    anything runs, a class that cannot be one. With `users` (the run's users), starting prompts
+    (`prompts:` or `prompts_from:`) that name one of their private values are refused too
+    (`check_starting_prompts`), unless the YAML says ``accept_private_values: true``.
     """
     from memloop.core.config import load_yaml_mapping
     from memloop.environment.policy_check import missing_members
@@ -52,10 +61,16 @@ def load_policy(path: str | Path, tracking_uri: str | None = None) -> Any:
 
     path = Path(path)
     data = load_yaml_mapping(path)
+    accept = data.pop(ACCEPT_PRIVATE, False)
+    if not isinstance(accept, bool):
+        raise UserError(f"{path}: key {ACCEPT_PRIVATE!r}: expected true or false, got {accept!r}")
+    key = "prompts_from" if "prompts_from" in data else "prompts"
     if "prompts_from" in data:
         data = {**data, "prompts": prompts_from(data, path, tracking_uri)}
         del data["prompts_from"]
     config = parse_policy_config(data, str(path), base_dir=path.parent)
+    if users is not None and not accept:
+        check_starting_prompts(getattr(config, "prompts", None), users, f"{path}: key {key!r}")
     if isinstance(config, PluginConfig):
         cls = registry.plugin_class(config)
         missing = missing_members(cls)
@@ -65,6 +80,31 @@ def load_policy(path: str | Path, tracking_uri: str | None = None) -> Any:
                 f"{', '.join(missing)} (memloop policy check {path} lists every promise)"
             )
     return config
+
+
+def check_starting_prompts(
+    prompts: dict[str, str] | None, users: Iterable[UserItem], where: str
+) -> None:
+    """Refuse starting prompts that name a private value of `users`, in one line.
+
+    A prompt a run starts from is registered and evolved as a prompt shared by every user, so
+    the same rule holds for it as for every candidate (`core.leaks`). The line says how many
+    values, never which (it is printed and may be logged).
+    """
+    from memloop.core.leaks import ValueIndex
+
+    if not prompts:
+        return
+    index = ValueIndex(v for item in users for v in item.private_values())
+    hits = {v for text in prompts.values() for v in index.named_in(text)}
+    if hits:
+        n = len(hits)
+        raise UserError(
+            f"{where}: the starting prompts name {n} private value{'s' if n != 1 else ''} of "
+            "this run's users, and a prompt shared by every user must name none; remove "
+            f"{'them' if n != 1 else 'it'}, or add `{ACCEPT_PRIVATE}: true` to the policy YAML "
+            "to start from them anyway"
+        )
 
 
 def prompts_from(

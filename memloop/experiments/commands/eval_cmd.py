@@ -122,7 +122,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UserError(f"--periods {args.periods}: {args.env} has at most {most} periods")
     # every period of every user: --periods equal to the longest episode is no --periods
     periods = args.periods if args.periods and args.periods < most else None
-    config = load_policy(args.policy)
+    config = load_policy(args.policy, users=items)
     if args.record_only:
         if args.replay:
             raise UserError("--record-only records conversations; it cannot also --replay one")
@@ -216,8 +216,8 @@ JUNK_SHARE = 0.2  # above this share of unparsed answers a run's numbers describ
 def junk_verdict(metrics: dict) -> int:
     """Exit status of an eval: loud when many answers were not valid JSON, 2 when all were.
 
-    Unparsed answers are scored as `format` failures (never memory failures) and are never
-    cached, so a rerun after fixing the endpoint asks them again.
+    Unparsed answers are scored as `format` failures (never memory failures) and are not cached
+    (except those cut off at max_tokens), so a rerun after fixing the endpoint asks them again.
     """
     asked, junk = metrics.get("questions", 0), metrics.get("json_errors", 0)
     if not asked or junk / asked <= JUNK_SHARE:
@@ -225,7 +225,8 @@ def junk_verdict(metrics: dict) -> int:
     line = (
         f"{junk} of {asked} answers ({junk / asked:.0%}) were not valid JSON for their schema: "
         "they count as format failures, not memory failures; check the agent endpoint "
-        "(memloop llm check --endpoint FILE); they were not cached, so a rerun asks again"
+        "(memloop llm check --endpoint FILE); only those cut off at max_tokens were cached, so a "
+        "rerun asks the others again"
     )
     if junk == asked:
         print(f"memloop: error: every answer failed: {line}", file=sys.stderr)
