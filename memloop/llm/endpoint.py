@@ -5,19 +5,109 @@ Holds the *name* of the key variable, never a key.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from memloop.core.config import load_yaml_mapping, parse_model
+from memloop.core.config import KeyProblem, load_yaml_mapping, parse_model
 from memloop.core.errors import UserError
 from memloop.llm.errors import MissingApiKey
 
 LOCAL = "local"
 MILLION = 1_000_000
 RESULT_SETTINGS = ("model", "base_url", "temperature", "max_tokens", "context_window")
+MAX_TIMEOUT_S = 86_400  # a day per request
+MAX_PRICE = 10_000  # US dollars per million tokens
+
+# The request fields memloop sets itself (client.ChatClient.chat and _send): extra_body is merged
+# into the request last, so one of these there would silently replace memloop's value.
+OWN_REQUEST_FIELDS = {
+    "model": "use the endpoint's `model:` field",
+    "temperature": "use the endpoint's `temperature:` field",
+    "max_tokens": "use the endpoint's `max_tokens:` field",
+    "messages": "set by memloop per request (the conversation)",
+    "response_format": "set by memloop per request (the JSON schema of a structured answer)",
+    "seed": "set by memloop per request (each sampled draw's own seed)",
+    "stop": "set by memloop per request",
+    "stream": "set by memloop per request (memloop reads whole answers)",
+    "n": "set by memloop per request (one answer per request)",
+}
+KEY_HINT = "put the key in an environment variable named by api_key_env"
+# words that name a credential wherever they stand in a field name
+_SECRET_WORDS = {
+    "auth",
+    "authorization",
+    "bearer",
+    "cookie",
+    "credential",
+    "credentials",
+    "passphrase",
+    "passwd",
+    "password",
+    "secret",
+    "secrets",
+}
+# named like a key but not one: OpenAI's prompt_cache_key routes requests to a cache
+_NOT_SECRETS = {"prompt_cache_key"}
+
+
+def _words(name: str) -> list[str]:
+    """The lower-case words of a field name: api_key, x-api-key, apiKey and APIKey give api, key."""
+    return [w.lower() for w in re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", name)]
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a field named `name` looks like it holds a credential.
+
+    A word key, token, secret, password or authorization (also glued, as in apikey or
+    accesstoken) is one; plural and id forms (max_completion_tokens, stop_token_ids) are not.
+    """
+    if name.lower() in _NOT_SECRETS:
+        return False
+    words = _words(name)
+    for i, word in enumerate(words):
+        if word in _SECRET_WORDS or word.startswith(("secret", "password", "passwd")):
+            return True
+        after = words[i + 1] if i + 1 < len(words) else ""
+        if word.endswith(("key", "token")) and after not in ("id", "ids"):
+            return True
+    return False
+
+
+def _secret_path(value: Any, path: str = "") -> str | None:
+    """The path of the first secret-looking key in `value` (mappings in mappings and lists)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if looks_secret(str(key)):
+                return here
+            found = _secret_path(inner, here)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, inner in enumerate(value):
+            found = _secret_path(inner, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _real_number(value: Any) -> Any:
+    """A finite real number, as given; booleans, text and inf/nan refused (the bounds follow)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, not a boolean ({str(value).lower()})")
+    if isinstance(value, str):
+        raise ValueError(
+            f"expected a number, not text ({value!r}); write a plain number such as 30 or 0.5"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value}")
+    return value
 
 
 class Price(BaseModel):
@@ -25,8 +115,17 @@ class Price(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: float = Field(ge=0.0, description="per million prompt tokens")
-    output: float = Field(ge=0.0, description="per million completion tokens")
+    input: float = Field(
+        ge=0.0, le=MAX_PRICE, description=f"per million prompt tokens, 0 to {MAX_PRICE}"
+    )
+    output: float = Field(
+        ge=0.0, le=MAX_PRICE, description=f"per million completion tokens, 0 to {MAX_PRICE}"
+    )
+
+    @field_validator("input", "output", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        return _real_number(value)
 
     def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input + completion_tokens * self.output) / MILLION
@@ -42,41 +141,74 @@ class Endpoint(BaseModel):
         description="model name sent to the API; for base_url local: "
         "local-1.5b (default, Qwen2.5-Coder-1.5B) or local-0.5b",
     )
-    base_url: str = Field(LOCAL, description="e.g. https://api.openai.com/v1, or `local`")
+    base_url: str = Field(
+        LOCAL,
+        description="e.g. https://api.openai.com/v1, or `local`; no user name or password before "
+        "'@' and no secret-looking query parameter (the key goes in api_key_env's variable)",
+    )
     api_key_env: str | None = Field(
         None, description="name of the environment variable holding the key (never the key itself)"
     )
     temperature: float | None = Field(
-        0.0, ge=0.0, le=2.0, description="null: not sent (the server's default; reasoning models)"
+        0.0,
+        ge=0.0,
+        le=2.0,
+        description="a number 0-2; null: not sent (the server's default; reasoning models)",
     )
-    max_tokens: int | None = Field(512, gt=0, description="null: not sent (no cap)")
+    max_tokens: StrictInt | None = Field(512, gt=0, description="null: not sent (no cap)")
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
         description="fields sent with every request, e.g. {reasoning_effort: low} or a "
-        "provider's options; part of the cache key and the run's identity",
+        "provider's options; part of the cache key and the run's identity, so no secret-looking "
+        "key (api_key, token, ...) at any depth and none of memloop's own request fields "
+        f"({', '.join(OWN_REQUEST_FIELDS)})",
     )
-    timeout_s: float = Field(120.0, gt=0)
-    max_concurrency: int = Field(
+    timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description=f"seconds per request, > 0 and <= {MAX_TIMEOUT_S}",
+    )
+    max_concurrency: StrictInt = Field(
         4,
         ge=1,
         le=256,
         description="requests in flight at once; "
         "for the embedded model also its number of parallel slots",
     )
-    max_retries: int = Field(4, ge=0, le=20)
-    context_window: int | None = Field(
+    max_retries: StrictInt = Field(4, ge=0, le=20)
+    context_window: StrictInt | None = Field(
         None, gt=0, description="tokens per request; defaults to 8192 for the embedded model"
     )
 
     price_per_mtok: Price | None = Field(
         None,
-        description="{input: USD, output: USD} per million tokens: runs then report a cost in "
-        "money; not part of the run's identity (a price does not change a response)",
+        description=f"{{input: USD, output: USD}} per million tokens, each 0 to {MAX_PRICE}: runs "
+        "then report a cost in money; not part of the run's identity (a price does not change a "
+        "response)",
     )
+
+    @field_validator("timeout_s", "temperature", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        return _real_number(value)
 
     @field_validator("base_url")
     @classmethod
     def _has_a_scheme(cls, value: str) -> str:
+        # credentials first: the messages below echo the URL, these never do
+        authority = value.split("//", 1)[-1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+        if "@" in authority:
+            raise ValueError(
+                "holds a user name or password before '@', which would be stored with the run "
+                f"(spec.json, MLflow): remove it and {KEY_HINT}"
+            )
+        for name, _ in parse_qsl(urlsplit(value).query, keep_blank_values=True):
+            if looks_secret(name):
+                raise ValueError(
+                    f"has a query parameter {name!r} that looks like a secret, which would be "
+                    f"stored with the run (spec.json, MLflow): remove it and {KEY_HINT}"
+                )
         if value != LOCAL and not value.lower().startswith(("http://", "https://")):
             raise ValueError(
                 f"{value!r} has no scheme: add http:// or https:// (e.g. http://{value}), "
@@ -91,6 +223,23 @@ class Endpoint(BaseModel):
             # A key pasted here by mistake must not be echoed back in the error.
             raise ValueError(
                 "must be the NAME of an environment variable (letters, digits, _), not a key"
+            )
+        return value
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_secrets_nor_own_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if key in OWN_REQUEST_FIELDS:
+                raise KeyProblem(
+                    key, f"overrides memloop's own request field: {OWN_REQUEST_FIELDS[key]}"
+                )
+        path = _secret_path(value)
+        if path is not None:
+            raise KeyProblem(
+                path,
+                "looks like a secret, and extra_body is stored with the run (spec.json, MLflow): "
+                f"remove it and {KEY_HINT}",
             )
         return value
 

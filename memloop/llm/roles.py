@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memloop.llm.client import ChatClient
-from memloop.llm.endpoint import EndpointRef, load_endpoint
+from memloop.llm.endpoint import Endpoint, EndpointRef, load_endpoint
 
 ROLES = ("agent", "user_sim", "checker", "optimizer")
 
@@ -31,17 +31,23 @@ class RoleClients:
         *,
         cache: Any = "default",
     ) -> RoleClients:
-        """Endpoint YAML (or an Endpoint made in memory) per role; None = the embedded model."""
+        """Endpoint YAML (or an Endpoint made in memory) per role; None = the embedded model.
+
+        Every endpoint is loaded and its key variable read before a client (or the response
+        cache) is made: a bad file or an unset key is refused before a command writes anything.
+        """
+        endpoints = [load_endpoint(ref) for ref in (agent, user_sim, checker, optimizer)]
+        for endpoint in dict.fromkeys(endpoints):
+            endpoint.api_key()  # MissingApiKey, one line naming the variable (never the key)
         made: dict[Any, ChatClient] = {}
 
-        def get(path: EndpointRef) -> ChatClient:
-            endpoint = load_endpoint(path)
+        def get(endpoint: Endpoint) -> ChatClient:
             if endpoint not in made:
                 shared = next(iter(made.values())).cache if made else cache
                 made[endpoint] = ChatClient(endpoint, cache=shared)
             return made[endpoint]
 
-        return cls(get(agent), get(user_sim), get(checker), get(optimizer))
+        return cls(*(get(endpoint) for endpoint in endpoints))
 
     @classmethod
     def single(cls, client: ChatClient) -> RoleClients:

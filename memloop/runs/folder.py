@@ -9,19 +9,23 @@ It is reset (`--force`) only when memloop can tell the files are its own.
   its run files are deleted and it starts over;
 - one holding run files beside no spec.json, or beside a spec.json memloop did not write, is
   refused in one line with or without `force`, and nothing is deleted.
-The check is made before anything is written and again once the folder's lock is held.
+The check is made before anything is written and again once the folder's lock is held. A run
+that fails before writing anything but spec.json (an unreachable endpoint, a policy that cannot
+be built) leaves the folder as it found it: its spec.json is removed, and so are the folder and
+its parents when this run made them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, run_folder_lock
+from memloop.core.files import LOCK_FILE, atomic_write_json, run_folder_lock
 from memloop.runs.spec import RunSpec
 
 SPEC_FILE = "spec.json"
@@ -91,16 +95,54 @@ def open_run_folder(
     folder = Path(folder)
     run_files = (*run_files, SPEC_FILE)
     check_run_folder(folder, spec, run_files=run_files, force=force, option=option)
+    made = _first_missing(folder)  # the outermost folder the lock will make, if any
     lock = contextlib.ExitStack()
     try:
         lock.enter_context(run_folder_lock(folder, command))
     except OSError as exc:
         raise UserError(f"{option} {folder}: cannot write there ({exc.strerror})") from None
     with lock:  # a second live process in this folder is refused until this one ends
-        if check_run_folder(folder, spec, run_files=run_files, force=force, option=option):
-            delete_run_files(folder, run_files)
-        atomic_write_json(folder / SPEC_FILE, spec.document(), indent=2)
-        yield folder
+        fresh: set[str] | None = None  # what the folder held when a run started afresh there
+        try:
+            if check_run_folder(folder, spec, run_files=run_files, force=force, option=option):
+                delete_run_files(folder, run_files)
+            held = set(os.listdir(folder))
+            if SPEC_FILE not in held:
+                fresh = held
+            atomic_write_json(folder / SPEC_FILE, spec.document(), indent=2)
+            yield folder
+        except BaseException:
+            _leave_as_found(folder, fresh, made)
+            raise
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost of `folder` and its parents that does not exist (None: it exists)."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _leave_as_found(folder: Path, fresh: set[str] | None, made: Path | None) -> None:
+    """Undo a fresh run's spec.json, and the folders it made, when it wrote nothing else.
+
+    A resumed run, or one that wrote any file of its own, is left alone: that is work to resume.
+    """
+    try:
+        if fresh is not None and set(os.listdir(folder)) <= fresh | {SPEC_FILE, LOCK_FILE}:
+            (folder / SPEC_FILE).unlink(missing_ok=True)
+        if made is None or set(os.listdir(folder)) - {LOCK_FILE}:
+            return
+        (folder / LOCK_FILE).unlink(missing_ok=True)
+        for empty in (folder, *folder.parents):
+            empty.rmdir()  # OSError when not empty: someone else's files, left alone
+            if empty == made:
+                break
+    except OSError:  # the failure that brought us here is the one to report
+        pass
 
 
 def delete_run_files(folder: Path, names: Iterable[str]) -> None:

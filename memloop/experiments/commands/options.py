@@ -40,7 +40,8 @@ def add_endpoint_options(parser: argparse.ArgumentParser, endpoint_help: str) ->
         "--base-url",
         metavar="URL",
         help="the OpenAI-compatible server of --model, e.g. https://api.openai.com/v1 or "
-        "http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8000/v1; never with a key in it (user:KEY@ or ?api_key=: refused), "
+        "the key goes in the variable --api-key-env names",
     )
     parser.add_argument(
         "--api-key-env",
