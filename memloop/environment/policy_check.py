@@ -30,9 +30,11 @@ DEFAULT_PROBES = (
     "Which city do I live in?",
     "How much do I run each week?",
 )
-PROBE_SCHEMA = {
+PROBE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"city": {"type": "string"}},
+    # bounded: a model caught in a repetition loop ("Lisbon, Portugal, Europa, Europa, ...") is
+    # closed inside valid JSON by a server that turns the schema into a grammar (llama.cpp)
+    "properties": {"city": {"type": "string", "maxLength": 80}},
     "required": ["city"],
     "additionalProperties": False,
 }

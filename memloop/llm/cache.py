@@ -7,6 +7,7 @@ them exactly. The API key is never part of a key or a value.
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
 import threading
@@ -56,8 +57,11 @@ class ResponseCache:
         self._make_folder()
         # processes opening a new cache at once would otherwise read each other's half-made
         # file (sqlite: "database disk image is malformed"): one opens it at a time
-        with self._init_lock, file_lock(f"{self.path}.lock"):
-            self._open_checked()
+        try:
+            with self._init_lock, file_lock(f"{self.path}.lock"):
+                self._open_checked()
+        except OSError as exc:  # the lock file beside it: read-only folder, full disk, ...
+            raise self._failure("open", exc) from None
 
     def _make_folder(self) -> None:
         folder = self.path.parent
@@ -96,9 +100,7 @@ class ResponseCache:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
         except sqlite3.OperationalError as exc:  # locked, unreadable, no space: not corruption
             self.close()
-            raise UserError(
-                f"{self.path}: cannot open the response cache ({exc}); pass another --cache"
-            ) from None
+            raise self._failure("open", exc) from None
         except sqlite3.DatabaseError as exc:
             self.close()
             raise UserError(f"{refusal} ({exc})") from None
@@ -123,7 +125,10 @@ class ResponseCache:
         return conn
 
     def get(self, key: str) -> dict[str, Any] | None:
-        row = self._conn().execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone()
+        try:
+            row = self._conn().execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._failure("read", exc) from None
         if row is None:
             return None
         with self._init_lock:
@@ -131,15 +136,45 @@ class ResponseCache:
         return json.loads(row[0])
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        self._conn().execute(
-            "INSERT OR REPLACE INTO responses(key, value, created) VALUES (?, ?, ?)",
-            (key, json.dumps(value, ensure_ascii=False), time.time()),
-        )
+        try:
+            self._conn().execute(
+                "INSERT OR REPLACE INTO responses(key, value, created) VALUES (?, ?, ?)",
+                (key, json.dumps(value, ensure_ascii=False), time.time()),
+            )
+        except sqlite3.Error as exc:
+            raise self._failure("write to", exc) from None
         with self._init_lock:
             self.stores += 1
 
     def __len__(self) -> int:
-        return self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        try:
+            return self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise self._failure("read", exc) from None
+
+    def _failure(self, doing: str, exc: sqlite3.Error | OSError) -> UserError:
+        """One line naming this file: a full disk, an I/O error, a lock or a damaged file.
+
+        sqlite reports a full disk, a read-only file or an I/O error as an OperationalError
+        (whose message is all it tells), the lock file beside the cache as an OSError.
+        """
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        else:
+            reason = str(exc) or type(exc).__name__
+            full = "full" in reason
+        if full:
+            hint = "free space, or pass another --cache (or MEMLOOP_CACHE_DIR)"
+        elif "readonly" in reason or "read-only" in reason or "ermission" in reason:
+            hint = "check its permissions, or pass another --cache (or MEMLOOP_CACHE_DIR)"
+        elif "locked" in reason:
+            hint = "another process holds it: wait, or pass another --cache"
+        elif not isinstance(exc, (OSError, sqlite3.OperationalError)):  # malformed, not a db
+            hint = "the file is damaged: delete it, or pass another --cache"
+        else:
+            hint = "pass another --cache (or MEMLOOP_CACHE_DIR)"
+        return UserError(f"{self.path}: cannot {doing} the response cache ({reason}); {hint}")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -150,6 +150,7 @@ class ChatClient:
         backoff_max_s: float = 20.0,
         server_settings: ServerSettings | None = None,
     ):
+        endpoint.api_key()  # an unset key variable is refused before the cache file is made
         self.endpoint = endpoint
         if cache == "default":
             cache = ResponseCache(default_cache_path())
@@ -294,8 +295,8 @@ class ChatClient:
         """One chat completion.
 
         `sample` distinguishes repeated draws of the same request; `refresh` asks the endpoint even
-        on a cache hit (and stores the new answer). Only answers that validate against `schema`
-        enter the response cache.
+        on a cache hit (and stores the new answer). Every answer enters the response cache but a
+        complete one that breaks `schema` (see `cacheable`).
         """
         params: dict[str, Any] = {
             "temperature": self.endpoint.temperature if temperature is None else temperature,
@@ -347,9 +348,7 @@ class ChatClient:
             cost_usd=self.endpoint.cost_usd(result.prompt_tokens, result.completion_tokens),
         )
         result = self._finish(result, schema)
-        # junk is never cached: an answer that breaks its schema is asked again on the next run
-        # (a fixed endpoint is not stuck with it), and a cache hit always validates
-        if use_cache and self.cache is not None and result.json_error is None:
+        if use_cache and self.cache is not None and cacheable(result):
             self.cache.put(key, raw)
         return result
 
@@ -365,16 +364,26 @@ class ChatClient:
 
     @staticmethod
     def _finish(result: ChatResult, schema: dict[str, Any] | None) -> ChatResult:
+        """Parse and validate `result.text` against `schema`.
+
+        A function of the stored answer alone: one served from the cache gets the same parsed /
+        json_error again.
+        """
         if schema is None:
             return result
+        cut = (
+            "cut off at max_tokens (finish_reason 'length'), "
+            if result.finish_reason == "length"
+            else ""
+        )
         try:
             value = json.loads(result.text)
         except json.JSONDecodeError as exc:
-            result.json_error = f"not JSON: {exc.msg} at char {exc.pos}"
+            result.json_error = f"{cut}not JSON: {exc.msg} at char {exc.pos}"
             return result
         problem = schema_problem(value, schema)
         if problem is not None:
-            result.json_error = f"does not match the schema: {problem}"
+            result.json_error = f"{cut}does not match the schema: {problem}"
         else:
             result.parsed = value
         return result
@@ -540,6 +549,21 @@ def _validator(schema_json: str) -> Any:
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
+
+
+def cacheable(result: ChatResult) -> bool:
+    """Whether a new answer enters the response cache.
+
+    Every answer the model gave does, so the same request gives the same record on every run, a
+    reply cut off at max_tokens included: that is what this request (its max_tokens is part of
+    the key) gives, and served again from the cache it fails its schema with the same json_error,
+    so a caller's treatment of it (a retry with another sample, a parse failure, an error) is the
+    same on every run. Servers do not repeat themselves exactly even at temperature 0 (batching),
+    so asking again would give another record. Only a complete reply that breaks its schema stays
+    out: the endpoint ignored the JSON schema (prose, another shape), and once it is fixed the
+    next run must ask again.
+    """
+    return result.json_error is None or result.finish_reason == "length"
 
 
 def schema_problem(value: Any, schema: dict[str, Any]) -> str | None:

@@ -41,25 +41,31 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.core.leaks import LeakCheck, described
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
 from memloop.optimize.evolvers import _ENDINGS
-from memloop.optimize.leaks import LeakCheck, described
 
 HEADER = "Rules learned from feedback:"
 _RULE = re.compile(r"^\[(r\d+)\] (.+)$", re.M)
 
-DELTA_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "op": {"type": "string", "enum": ["ADD", "EDIT", "REMOVE"]},
-        "id": {"type": "string"},
-        "rule": {"type": "string"},
-    },
-    "required": ["op", "id", "rule"],
-    "additionalProperties": False,
-}
+CHARS_PER_WORD = 12  # a rule's length bound in the answer's schema, per word it may have
+
+
+def delta_schema(max_words: int) -> dict:
+    """The JSON schema of one delta; its strings are bounded, so a runaway answer ends in JSON."""
+    return {
+        "type": "object",
+        "properties": {
+            "op": {"type": "string", "enum": ["ADD", "EDIT", "REMOVE"]},
+            "id": {"type": "string", "maxLength": 16},
+            "rule": {"type": "string", "maxLength": max_words * CHARS_PER_WORD},
+        },
+        "required": ["op", "id", "rule"],
+        "additionalProperties": False,
+    }
+
 
 DELTA_SYSTEM = """\
 You improve one step of an AI assistant's long-term memory: the step that decides what it writes \
@@ -243,7 +249,7 @@ class PlaybookEvolver:
         for j in range(self.settings.candidates):
             result = self.client.chat_json(
                 messages,
-                DELTA_SCHEMA,
+                delta_schema(self.settings.max_words),
                 component="optimizer",
                 sample=cycle * 1000 + j,
                 max_tokens=self.settings.max_tokens,

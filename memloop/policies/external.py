@@ -69,9 +69,20 @@ PROGRAM_FILE = "program.json"
 # mem0 logs every memory operation at INFO and parse failures at ERROR; we count those ourselves.
 logging.getLogger("mem0").setLevel(logging.CRITICAL)
 
-FACTS_SCHEMA = {
+# Bounds on the free text of mem0's answers: a small model caught in a repetition loop is closed
+# inside valid JSON by a server that turns the schema into a grammar (llama.cpp), not cut at
+# max_tokens. A fact or memory is one short statement; a turn states a few facts.
+FACT_CHARS = 300
+MAX_FACTS = 30
+FACTS_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
+    "properties": {
+        "facts": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": FACT_CHARS},
+            "maxItems": MAX_FACTS,
+        }
+    },
     "required": ["facts"],
     "additionalProperties": False,
 }
@@ -83,20 +94,21 @@ def memory_actions_schema(valid_ids: list[str]) -> dict[str, Any]:
 
     mem0 numbers the existing memories it shows 0..n-1 and silently drops an UPDATE or DELETE of
     any other id, so the ids are an enum ("new" for additions): a small model then cannot invent
-    one.
+    one. At most one action per memory shown and per new fact.
     """
     return {
         "type": "object",
         "properties": {
             "memory": {
                 "type": "array",
+                "maxItems": len(valid_ids) + MAX_FACTS,
                 "items": {
                     "type": "object",
                     "properties": {
                         "id": {"type": "string", "enum": [*valid_ids, "new"]},
-                        "text": {"type": "string"},
+                        "text": {"type": "string", "maxLength": FACT_CHARS},
                         "event": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
-                        "old_memory": {"type": "string"},
+                        "old_memory": {"type": "string", "maxLength": FACT_CHARS},
                     },
                     "required": ["id", "text", "event", "old_memory"],
                     "additionalProperties": False,

@@ -13,7 +13,7 @@ from memloop.experiments.commands.options import add_endpoint_options, endpoint_
 CHECK_SCHEMA = {
     "type": "object",
     "properties": {
-        "city": {"type": "string"},
+        "city": {"type": "string", "maxLength": 80},  # bounded: a runaway answer ends in JSON
         "population_millions": {"type": "number"},
         "is_capital": {"type": "boolean"},
     },

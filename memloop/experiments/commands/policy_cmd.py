@@ -40,13 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from memloop.core.errors import UserError
+    from memloop.core.tables import printable
     from memloop.environment.policy_check import check_policy
     from memloop.policies import build_policy
     from memloop.runs.inputs import load_policy, roles
 
     config = load_policy(args.policy)
     client = roles(endpoint_ref(args), cache=args.cache or "default").agent
-    print(f"policy {config.display_name} ({args.policy}), model {client.endpoint.model}")
+    name = printable(config.display_name)
+    print(f"policy {name} ({printable(args.policy)}), model {printable(client.endpoint.model)}")
     with tempfile.TemporaryDirectory(prefix="memloop-policy-check-") as tmp:
         count = 0
 
@@ -57,15 +60,17 @@ def run_check(args: argparse.Namespace) -> int:
 
         try:
             report = check_policy(fresh, workdir=tmp, raise_on_problem=False)
+        except UserError:
+            raise  # a cache, endpoint or input fault: the usual one line, not the policy's fault
         except Exception as exc:  # the policy's own error stops the suite: name it
-            first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            first = printable(f"{type(exc).__name__}: {exc}".splitlines()[0])
             print(f"FAIL the suite stopped: the policy raised {first}")
             return 2
     for check, problem in report.outcomes:
-        print(f"  ok  {check}" if problem is None else f"FAIL {check}: {problem}")
+        print(f"  ok  {check}" if problem is None else f"FAIL {check}: {printable(problem)}")
     if report.problems:
         broken = len(report.problems)
-        print(f"{config.display_name}: {broken} broken promise(s) of the Policy contract")
+        print(f"{name}: {broken} broken promise(s) of the Policy contract")
         return 2
-    print(f"{config.display_name}: meets the Policy contract ({len(report.checks)} checks)")
+    print(f"{name}: meets the Policy contract ({len(report.checks)} checks)")
     return 0
