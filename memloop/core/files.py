@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,6 +65,19 @@ def atomic_write_json(
     """Write ``value`` as UTF-8 JSON (non-ASCII kept, trailing newline) atomically."""
     text = json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=sort_keys)
     atomic_write_text(path, text + "\n")
+
+
+def atomic_savefig(fig: Any, path: str | Path, **options: Any) -> Path:
+    """Save the matplotlib figure ``fig`` to ``path`` atomically (see :func:`atomic_writer`).
+
+    The format is the file's suffix (``.png``, ``.pdf``, ``.svg``, ...); ``options`` go to
+    ``fig.savefig``. A kill or an error while matplotlib writes leaves the old file or none, never
+    an empty or cut one. Returns ``path``.
+    """
+    target = Path(path)
+    with atomic_writer(target, "wb") as handle:
+        fig.savefig(handle, format=target.suffix.lstrip(".").lower() or None, **options)
+    return target
 
 
 def read_user_text(path: str | Path) -> str:
@@ -223,3 +236,27 @@ def run_folder_lock(folder: str | Path, command: str) -> Iterator[None]:
             handle.seek(0)
             handle.truncate()
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def refuse_foreign_file(
+    path: str | Path, option: str, ours: Callable[[Path], bool], mark: str
+) -> None:
+    """Refuse, in one line, to replace `path` when it exists and memloop cannot tell it wrote it.
+
+    The rule of every file a command writes where the user says (`--out FILE`): an existing file
+    is replaced only when `ours(path)` tells it is one memloop wrote and nobody changed since
+    (`mark` says how, for the message); any other file stays as it is, and the command stops
+    before writing anything (there is no `--force` for it: choose another name or remove it).
+    """
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()) or path.is_dir():
+        return  # nothing in the way (a folder is each command's own one-line refusal)
+    try:
+        mine = ours(path)
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON: not memloop's
+        mine = False
+    if not mine:
+        raise UserError(
+            f"{option} {path}: is a file memloop did not write, or one changed since ({mark}); "
+            f"choose another {option} or remove it yourself"
+        )

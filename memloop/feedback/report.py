@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from memloop.core.files import atomic_write_json
+from memloop.core.files import atomic_savefig, atomic_write_json
 from memloop.core.tables import (
     WIDTH,
     format_cost,
@@ -333,7 +333,7 @@ def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = Non
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title or f"{metrics['users']} users, {metrics['questions']} answers")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
 
 

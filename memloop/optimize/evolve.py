@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
+from memloop.core.tables import printable
 from memloop.llm.roles import RoleClients
 from memloop.optimize import registry
 from memloop.optimize.config import EvolveConfig
@@ -119,7 +120,8 @@ def run_evolve(
     for ctx, search in runs:
         again = f" repeat={ctx.repeat}" if config.repeats > 1 else ""
         print(
-            f"== {config.experiment_name}: feedback={ctx.mode} evolver={ctx.evolver_name} "
+            f"== {printable(config.experiment_name)}: feedback={ctx.mode} "
+            f"evolver={printable(ctx.evolver_name)} "
             f"search={search.name}{again}",
             flush=True,
         )
@@ -130,24 +132,39 @@ def run_evolve(
 
 
 FIGURE_STEM = "cycles"  # figures/cycles.png and .svg in the run folder and in MLflow
+# PNG to look at, SVG to edit (compare --plot and the quickstart also write a PDF)
+FIGURE_FORMATS = (".png", ".svg")
 
 
 def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
     """The run's figure, written to its folder's `figures/` and logged to its run's `figures/`.
 
-    plots.plot_cycles of the run's own cycles on its headline split, logged to the MLflow run
-    (ended by then) by its id. Once per run, after its last cycle; a rerun draws and logs it
-    again only when a cycle record is newer than the figure. Returns the files written.
+    plots.plot_cycles of the run's own cycles on its headline split (each file written to a
+    temporary file and renamed into place), logged to the MLflow run (ended by then) by its id.
+    Once per run, after its last cycle. A rerun draws it again when a format is missing, empty
+    or cut (`plots.figure_complete`: a process killed by an older memloop while it wrote) or a
+    cycle record is newer than it, and logs it again when the MLflow run lacks one of its files
+    (killed before or while they were logged). Returns the files drawn or logged now.
     """
     if not outcome.cycles:
         return []
+    from memloop.optimize.plots import figure_complete, figure_paths
+    from memloop.runs import tracker
+
     png = outcome.run_dir / "figures" / f"{FIGURE_STEM}.png"
+    paths = figure_paths(png, FIGURE_FORMATS)
     records = [ctx.store.record_file(c.cycle) for c in outcome.cycles]
-    if png.is_file() and all(r.stat().st_mtime_ns <= png.stat().st_mtime_ns for r in records):
-        return []  # a rerun that added no cycle: the figure drawn and logged before stands
+    drawn = all(figure_complete(p) for p in paths) and all(
+        r.stat().st_mtime_ns <= p.stat().st_mtime_ns for r in records for p in paths
+    )
+    mlc = tracker.client(ctx.config.tracking_uri)
+    if drawn:
+        if tracker.has_figures(mlc, outcome.run_id, paths):
+            return []  # a rerun that added no cycle: the figure drawn and logged before stands
+        tracker.log_figure(mlc, outcome.run_id, paths)
+        return paths
     from memloop.optimize.compare import curves, headline_split
     from memloop.optimize.plots import plot_cycles
-    from memloop.runs import tracker
 
     history = curves(
         outcome.mode,
@@ -159,9 +176,7 @@ def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
         objective=ctx.objective,
         repeat=outcome.repeat,
     )
-    title = f"{ctx.config.experiment_name}: {ctx.name}"
-    # PNG to look at, SVG to edit (compare --plot and the quickstart also write a PDF)
-    paths = plot_cycles([history], png, title, formats=(".png", ".svg"))
-    mlc = tracker.client(ctx.config.tracking_uri)
+    title = printable(f"{ctx.config.experiment_name}: {ctx.name}")
+    paths = plot_cycles([history], png, title, formats=FIGURE_FORMATS)
     tracker.log_figure(mlc, outcome.run_id, paths)
     return paths

@@ -10,7 +10,7 @@ panel names the metric, the split and the number of users; the objective's panel
 A metric no run defines gets no panel. The legend sits below the panels.
 
 `cycle_bands` is the numbers (pure); `cycles_figure` the matplotlib Figure; `plot_cycles` writes
-it as PNG, PDF and SVG beside each other.
+it as PNG, PDF and SVG beside each other, each written atomically (`core.files.atomic_savefig`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memloop.core.files import atomic_savefig
 from memloop.core.stats import LEVEL, t_interval
 
 if TYPE_CHECKING:
@@ -277,6 +278,25 @@ def figure_paths(path: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     return out
 
 
+# how a whole file of each format ends (matplotlib's files end so; a cut one does not)
+ENDINGS = {".png": b"IEND\xaeB`\x82", ".svg": b"</svg>", ".pdf": b"%%EOF"}
+
+
+def figure_complete(path: Path) -> bool:
+    """Whether `path` is a whole figure file: present, not empty, ending as its format ends."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return False
+        with open(path, "rb") as handle:
+            handle.seek(max(0, size - 64))
+            tail = handle.read().rstrip()
+    except OSError:
+        return False
+    ending = ENDINGS.get(path.suffix.lower())
+    return ending is None or tail.endswith(ending)
+
+
 def plot_cycles(
     histories: list[Any], path: Path, title: str = "", formats: tuple[str, ...] = FORMATS
 ) -> list[Path]:
@@ -296,7 +316,8 @@ def plot_cycles(
         for i, target in enumerate(paths):
             # no creation date: the same runs give the same files
             metadata = DATELESS.get(target.suffix.lower())
-            fig.savefig(target, dpi=PNG_DPI, metadata=metadata)
+            # to a temporary file renamed into place: a kill leaves no empty or cut figure
+            atomic_savefig(fig, target, dpi=PNG_DPI, metadata=metadata)
             if i == 0:  # laid out once: the other formats reuse it (a third of the time)
                 fig.set_layout_engine("none")
     return paths

@@ -15,10 +15,13 @@
 - A trial stopped by Ctrl-C is run again, with the same params, by the next invocation
   (`requeue_interrupted`); the grid is "exhausted" only when every setting has a complete trial.
 - A rerun continues the search: the `grid` sampler (default) takes each setting once, skipping
-  those any earlier run or other worker finished or is running; `tpe` is reseeded with the number
-  of trials so far, so it does not replay its first suggestions.
+  those any earlier run or other worker finished or is running, and starts no trial when none is
+  left (`nothing_to_draw`); `tpe` is reseeded with the number of trials so far, so it does not
+  replay its first suggestions.
 - A study remembers what it measures (environment, users, policy, endpoints, scorer): reopening it
-  with other settings is refused, naming a new study instead.
+  with other settings is refused, naming a new study instead. The MLflow experiment (by default
+  the YAML's file name) is not one of them: a copied YAML naming the same study continues it,
+  logging its new runs in its own experiment.
 - Every trial's episodes are checkpointed in a folder named by its parameters, so a retried trial
   repeats no finished model call. Each trial is a nested MLflow run.
 """
@@ -33,7 +36,14 @@ from typing import Any, Literal
 
 from memloop.core import interrupt
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, json_sha256, safe_name, sqlite_file, store_lock
+from memloop.core.files import (
+    atomic_savefig,
+    atomic_write_json,
+    json_sha256,
+    safe_name,
+    sqlite_file,
+    store_lock,
+)
 from memloop.core.tables import format_table
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
@@ -137,6 +147,16 @@ def make_sampler(config: TuneConfig, trials_so_far: int):
     return optuna.samplers.TPESampler(seed=seed)
 
 
+# what a study's trials' numbers do not depend on: the MLflow experiment its runs are logged in
+# (by default the YAML's file name), so a copied YAML naming the same study continues it
+NOT_STUDY_IDENTITY = ("experiment",)
+
+
+def study_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """A RunSpec identity without what is no part of a study's (`NOT_STUDY_IDENTITY`)."""
+    return {k: v for k, v in identity.items() if k not in NOT_STUDY_IDENTITY}
+
+
 def open_study(config: TuneConfig, spec: RunSpec):
     """The study (created or continued); refuses one made for other settings.
 
@@ -168,8 +188,8 @@ def open_study(config: TuneConfig, spec: RunSpec):
         )
     if found is None:
         study.set_user_attr(SPEC_ATTR, spec.identity())
-    elif found != spec.identity():
-        changed = differences(found, spec.identity())
+    elif study_identity(found) != study_identity(spec.identity()):
+        changed = differences(study_identity(found), study_identity(spec.identity()))
         raise UserError(
             f"{config.source}: study {config.study_name!r} in {config.storage} was made with "
             f"other settings (changed: {', '.join(changed)}); set `study:` to a new name"
@@ -291,17 +311,51 @@ def apply_params(base: Any, params: dict[str, Any], where: str) -> Any:
     return parse_model(type(base), data, where)
 
 
+def _same(setting: tuple) -> tuple:
+    """`setting` with its floats rounded: a grid value and Optuna's record of it compare equal."""
+    return tuple(round(v, 9) if isinstance(v, float) else v for v in setting)
+
+
+def _grid(config: TuneConfig) -> list[tuple]:
+    keys = list(config.space)
+    return list(itertools.product(*(space_values(config.space[k]) for k in keys)))
+
+
 def unfinished_settings(study, config: TuneConfig) -> list[tuple]:
     """The grid's settings with no complete trial, in the config's order."""
     import optuna
 
     keys = list(config.space)
     done = {
-        _setting(t.params, keys)
+        _same(_setting(t.params, keys))
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     }
-    grid = itertools.product(*(space_values(config.space[k]) for k in keys))
-    return [s for s in grid if s not in done]
+    return [s for s in _grid(config) if _same(s) not in done]
+
+
+def nothing_to_draw(study, config: TuneConfig) -> bool:
+    """Whether the grid sampler would only draw a setting again (a finished grid).
+
+    That is: no trial waits, and every setting of the grid has a finished (complete, failed) or
+    running trial. Asked for a trial then, Optuna's BruteForceSampler draws a random setting
+    again and stops the study only after that trial has run: each rerun of a finished grid added
+    a duplicate trial (and, on an endpoint that samples, the best setting became the best of
+    several draws). So `Tuner.run` asks this before it starts the sampler. A dead worker's trial
+    is failed first (its heartbeat retry then waits), as Optuna does before it asks for a trial.
+    Always False for `tpe`, which has no end.
+    """
+    import optuna
+
+    if config.sampler != "grid":
+        return False
+    optuna.storages.fail_stale_trials(study)
+    state = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == state.WAITING for t in trials):
+        return False
+    keys = list(config.space)
+    taken = {_same(_setting(t.params, keys)) for t in trials}
+    return all(_same(s) in taken for s in _grid(config))
 
 
 def _folder(kind: str, params: dict[str, Any]) -> str:
@@ -325,15 +379,16 @@ class Tuner:
 
         self.config = config
         self.progress = progress
-        self.base = load_policy(config.policy, config.tracking_uri)
+        items, self.env_desc = load_environment(config.environment)
+        self.users = split_users(items, config.environment, config.source)
+        run_users = [i for split in self.users.values() for i in split]
+        self.base = load_policy(config.policy, config.tracking_uri, run_users)
         self.kind = (
             safe_name(self.base.default_name)
             if isinstance(self.base, PluginConfig)
             else self.base.type
         )
         self.default = self.check_space()
-        items, self.env_desc = load_environment(config.environment)
-        self.users = split_users(items, config.environment, config.source)
         self.clients = clients or role_clients(config.endpoints)
         self.builder = builder
         self.added = 0  # trials this invocation finished (other workers add theirs)
@@ -464,12 +519,13 @@ class Tuner:
             tags={"memloop.study": config.study_name},
         )
         try:
-            study.optimize(
-                lambda trial: self.objective(trial, mlc, exp, parent_id),
-                n_trials=config.trials,
-                gc_after_trial=False,
-                show_progress_bar=False,
-            )
+            if not nothing_to_draw(study, config):  # a finished grid adds no trial
+                study.optimize(
+                    lambda trial: self.objective(trial, mlc, exp, parent_id),
+                    n_trials=config.trials,
+                    gc_after_trial=False,
+                    show_progress_bar=False,
+                )
         except BaseException:
             tracker.finish_run(mlc, parent_id, "KILLED")
             raise
@@ -507,17 +563,18 @@ class Tuner:
     def _objective(self, trial, mlc, exp: str, parent_id: str):
         config = self.config
         params = suggest(trial, config.space)
-        run_id, _ = tracker.log_run(
-            mlc,
-            exp,
-            self.trial_spec(params),
-            f"trial-{trial.number}-{_folder(self.kind, params)}",
-            tags={
-                "memloop.study": config.study_name,
-                "memloop.trial": str(trial.number),
-            },
-            parent_run_id=parent_id,
+        name = f"trial-{trial.number}-{_folder(self.kind, params)}"
+        tags = {"memloop.study": config.study_name, "memloop.trial": str(trial.number)}
+        if RERUN_ATTR in trial.user_attrs:
+            tags[RERUN_ATTR] = str(trial.user_attrs[RERUN_ATTR])
+        run_id, resumed = tracker.log_run(
+            mlc, exp, self.trial_spec(params), name, tags=tags, parent_run_id=parent_id
         )
+        system = trial.storage.get_trial_system_attrs(trial._trial_id)
+        if resumed and (RERUN_ATTR in tags or "failed_trial" in system):
+            # the run the trial it reruns opened (stopped by Ctrl-C, or its worker died, retried
+            # by Optuna's heartbeat callback): named after this trial, the number of the table
+            tracker.name_run(mlc, run_id, name, tags)
         started = time.perf_counter()
         try:
             result = self.evaluate("val", params)
@@ -660,7 +717,7 @@ def summarize_study(
 
 
 def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
-    """Optuna's own plots of the study, as PNG files in `folder`.
+    """Optuna's own plots of the study, as PNG files in `folder` (each written atomically).
 
     The Pareto front (with tokens per user as the second objective) or the optimization
     history, and each option's values against the objective (`plot_slice`).
@@ -693,7 +750,7 @@ def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
             max(6.0, 3.2 * len(outcome.params)) if name == "slice.png" else 6.4, 4.2
         )
         fig.tight_layout()
-        fig.savefig(folder / name, dpi=110)
+        atomic_savefig(fig, folder / name, dpi=110)
         plt.close(fig)
         written.append(folder / name)
     return written

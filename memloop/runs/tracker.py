@@ -834,6 +834,29 @@ def log_figure(mlc, run_id: str, paths: list[Path], artifact_path: str = "figure
             mlc.log_artifact(run_id, str(path), artifact_path)
 
 
+def has_figures(mlc, run_id: str, paths: list[Path], artifact_path: str = "figures") -> bool:
+    """Whether run `run_id` holds each file of `paths` under `artifact_path`, whole.
+
+    Whole: listed with the local file's size (a process killed while it logged the file, or
+    before, leaves it missing or shorter).
+    """
+    with store_errors(_uri(mlc)):
+        listed = {
+            Path(a.path).name: a.file_size
+            for a in mlc.list_artifacts(run_id, artifact_path)
+            if not a.is_dir
+        }
+    return all(listed.get(p.name) == p.stat().st_size for p in paths)
+
+
+def name_run(mlc, run_id: str, run_name: str, tags: dict[str, str] | None = None) -> None:
+    """Rename run `run_id` to `run_name` and set `tags` on it (a resumed run renamed)."""
+    with store_errors(_uri(mlc)):
+        mlc.update_run(run_id, name=run_name)
+        for key, value in sorted((tags or {}).items()):
+            mlc.set_tag(run_id, key, value)
+
+
 def prompt_name(*parts: str) -> str:
     return safe_name(".".join(parts))[:200]
 
