@@ -26,21 +26,27 @@ def exit_on_user_error(
 ) -> int:
     """Run ``run`` and turn its outcome into an exit code.
 
-    A :class:`UserError` becomes one line ``<prog>: error: <message>`` and exit code 2; Ctrl-C
-    becomes exit code 130; a closed output pipe ends quietly with 141 (128 + SIGPIPE); a path that
+    A :class:`UserError` becomes one line ``<prog>: error: <message>`` (control characters
+    escaped, `core.tables.printable`) and exit code 2; Ctrl-C becomes exit code 130, also when
+    its KeyboardInterrupt was swallowed but the stop flag (`core.interrupt`) is set; a closed
+    output pipe ends quietly with 141 (128 + SIGPIPE); a path that
     cannot be written (read-only, immutable, full disk, under a file) is one line naming it, exit
     2. Any other exception propagates (it is a bug, and deserves its traceback).
     """
+    from memloop.core import interrupt
+    from memloop.core.tables import printable
+
     out = stream if stream is not None else sys.stderr
     try:
         code = run()
     except UserError as exc:
-        message = " ".join(str(exc).split("\n"))
+        if interrupt.interrupted():  # the error of a Ctrl-C a library turned into another
+            return _interrupted(prog, out)
+        message = printable(" ".join(str(exc).split("\n")))
         print(f"{prog}: error: {message}", file=out)
         return USER_ERROR_EXIT
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted (finished work is checkpointed: rerun to resume)", file=out)
-        return INTERRUPTED_EXIT
+        return _interrupted(prog, out)
     except BrokenPipeError:
         # the reader went away (`memloop ... | head -1`): stop quietly, as Unix tools do, and
         # keep Python from failing again when it flushes stdout at exit
@@ -51,9 +57,19 @@ def exit_on_user_error(
         hint = _PATH_PROBLEMS.get(exc.errno or 0)
         if hint is None or not exc.filename:
             raise
-        print(f"{prog}: error: {exc.filename}: {exc.strerror or exc} ({hint})", file=out)
+        where = printable(exc.filename)
+        print(f"{prog}: error: {where}: {exc.strerror or exc} ({hint})", file=out)
         return USER_ERROR_EXIT
+    if interrupt.interrupted():
+        # Ctrl-C set the stop flag, but its KeyboardInterrupt was swallowed on the way (raised
+        # inside a __del__ or a library's catch-all): the command still ends as interrupted
+        return _interrupted(prog, out)
     return int(code or 0)
+
+
+def _interrupted(prog: str, out: TextIO) -> int:
+    print(f"{prog}: interrupted (finished work is checkpointed: rerun to resume)", file=out)
+    return INTERRUPTED_EXIT
 
 
 _PATH_PROBLEMS = {

@@ -73,3 +73,82 @@ def module_from_file(path: Path):
         del sys.modules[name]
         raise
     return module
+
+
+# ---------------------------------------------------------------- a plug-in's failing call
+
+
+def is_plugin(obj: Any) -> bool:
+    """Whether `obj` is a user's plug-in: its class comes from outside the memloop package.
+
+    A plug-in's exception is the plug-in's bug, told in one line (`call`); one of memloop's own
+    classes keeps its traceback.
+    """
+    module = getattr(type(obj), "__module__", "") or ""
+    return module != "memloop" and not module.startswith("memloop.")
+
+
+def plugin_label(obj: Any) -> str:
+    """The name a plug-in goes by in messages: its `name` (a non-empty text), else its class's."""
+    try:
+        name = getattr(obj, "name", None)
+    except Exception:  # a `name` property of the plug-in's that raises
+        name = None
+    return name if isinstance(name, str) and name else type(obj).__name__
+
+
+def call(obj: Any, method: str, *args: Any, where: str = "", **kwargs: Any) -> Any:
+    """`obj.method(*args, **kwargs)`; a plug-in's exception becomes one line (a UserError).
+
+    The line: ``plug-in NAME.METHOD raised RuntimeError('boom')`` + `where` (e.g. " for user U,
+    period P") + the plug-in's file and line where it was raised. A UserError, Ctrl-C and the
+    exceptions of memloop's own classes pass as they are.
+    """
+    try:
+        return getattr(obj, method)(*args, **kwargs)
+    except UserError:
+        raise
+    except Exception as exc:
+        if not is_plugin(obj):
+            raise
+        raise UserError(
+            f"plug-in {plugin_label(obj)}.{method} raised {_short_repr(exc)}{where}"
+            f"{_raised_at(obj, exc)}"
+        ) from exc
+
+
+def _short_repr(exc: BaseException, limit: int = 200) -> str:
+    try:
+        text = repr(exc)
+    except Exception:  # an exception whose __repr__ fails
+        text = type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _raised_at(obj: Any, exc: BaseException) -> str:
+    """` (at file.py:LINE)`: the last line of the plug-in's module the traceback went through."""
+    module = sys.modules.get(type(obj).__module__)
+    source = getattr(module, "__file__", None)
+    if not source:
+        return ""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == source:
+            found = tb.tb_lineno
+        tb = tb.tb_next
+    return "" if found is None else f" (at {Path(source).name}:{found})"
+
+
+def prompts_problem(value: Any) -> str | None:
+    """What is wrong with the value of a policy's `prompts()`, or None for a dict of str to str."""
+    if not isinstance(value, dict):
+        kind = "None" if value is None else type(value).__name__
+        return f"returned {kind}, not a dict of prompt name (str) to prompt text (str)"
+    for key, text in value.items():
+        if not isinstance(key, str) or not isinstance(text, str):
+            return (
+                f"returned a dict with {key!r:.60}: {type(text).__name__}, not a dict of prompt "
+                "name (str) to prompt text (str)"
+            )
+    return None

@@ -33,6 +33,21 @@ OBJECTIVE_MARK = " (objective)"
 PAIRED_COLUMNS = ("n", "mean diff", "95% CI", "p (sign-flip)", "up/tied/down")
 
 
+def printable(text: Any) -> str:
+    r"""`text` as the terminal shows it: each control or format character escaped, Python's way.
+
+    An ANSI escape (``\x1b``), a right-to-left override (``\u202e``), a newline, a tab or a
+    carriage return in a name memloop did not choose (an experiment, policy or condition name, a
+    user id) would otherwise recolour, reorder or rewrite what the terminal shows. The one helper
+    for it: tables (`format_table`), progress bars, the evolve summary and error lines
+    (`core.errors`) go through it.
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def metric_column(metric: str, *, objective: bool = False) -> str:
     """The header of `metric` (``state_acc``), marked ``state_acc (objective)`` when it is one."""
     name = METRIC_COLUMNS.get(metric, metric)
@@ -87,7 +102,8 @@ def format_table(
     :func:`format_number`, in every format. A text table wider than ``width`` characters is split
     into parts, one under the other (a blank line between), each repeating the leading
     left-aligned columns (the row's name); ``width=None`` never splits. CSV and Markdown tables
-    are never split. Returns the lines joined by newlines, without a trailing newline.
+    are never split. Every cell and header is shown through :func:`printable` (control characters
+    escaped), in every format. Returns the lines joined by newlines, without a trailing newline.
     """
     ncols = len(headers)
     for i, row in enumerate(rows):
@@ -98,8 +114,11 @@ def format_table(
         raise ValueError(f"align must be {ncols} letters from 'l'/'r', not {spec!r}")
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    cells = [[c if isinstance(c, str) else format_number(c, digits) for c in row] for row in rows]
-    head = [str(h) for h in headers]
+    cells = [
+        [printable(c) if isinstance(c, str) else format_number(c, digits) for c in row]
+        for row in rows
+    ]
+    head = [printable(h) for h in headers]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, safe_name
+from memloop.core.tables import printable
 from memloop.environment.data import UserItem
 from memloop.environment.policy import Policy
 from memloop.environment.policy_guard import guarded
@@ -177,8 +178,10 @@ class EpisodeRunner:
             self._restore_from = period_dir(self.user_dir, p) / "policy"
             return read_checkpoint(path)
         if self._restore_from is not None:
+            self.policy.period = p - 1  # the period whose saved state is loaded
             restore_policy(self.policy, self._restore_from)
             self._restore_from = None
+        self.policy.period = p
         if prompts is not None and prompts != self.policy.prompts():
             old, self.policy = self.policy, self.policy.with_prompts(prompts, keep_memory=True)
             old.close()
@@ -191,6 +194,7 @@ class EpisodeRunner:
         records = finished_records(self.user_dir, self.n_periods)
         resumed = len(records)
         if resumed:
+            self.policy.period = resumed - 1  # the period whose saved state is loaded
             restore_policy(self.policy, period_dir(self.user_dir, resumed - 1) / "policy")
         for p in range(resumed, self.n_periods):
             records.append(self._run_period(p))
@@ -313,12 +317,12 @@ class EpisodeProgress:
 
         self.enabled = enabled
         self.groups = groups or {}
-        prefix = f"{label} · " if label else ""
+        prefix = f"{printable(label)} · " if label else ""  # a policy's or condition's name
         names = list(dict.fromkeys(self.groups.get(it.id, "") for it in items)) or [""]
         self.user_bars = {
             name: tqdm(
                 total=sum(1 for it in items if self.groups.get(it.id, "") == name),
-                desc=f"{prefix}{name} users" if name else f"{prefix}users",
+                desc=f"{prefix}{printable(name)} users" if name else f"{prefix}users",
                 unit="user",
                 disable=not enabled,
                 position=i,
@@ -452,7 +456,7 @@ def run_episodes(
                 result = runner.run()
                 result.usage = usage.summary()
             finally:
-                policy.close()
+                guarded(policy, item.id).close()  # a plug-in's failing close is one line too
         finally:
             bars.stopped(usage)
         bars.user_done(item.id)

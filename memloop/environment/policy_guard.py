@@ -5,6 +5,8 @@ conversation; this guard checks each return during eval and evolve, where a plug
 returning an int or its `answer` returning a dict would otherwise fail far from its cause (a
 pydantic error while saving a record, an AttributeError while scoring). The error names the
 plug-in, the method, what it returned, the user and the period, and points at `policy check`.
+A plug-in method that raises is one line too (`core.plugins.call`): the plug-in, the method, the
+exception, the user and the period, and the plug-in's line it was raised at.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from memloop.core.errors import UserError
+from memloop.core.plugins import call, plugin_label, prompts_problem
 from memloop.llm.client import schema_problem
 
 
@@ -23,11 +26,11 @@ def _described(value: Any) -> str:
 class GuardedPolicy:
     """A policy (environment.policy.Policy) whose every return is checked for its type.
 
-    `period` is set by the episode runner before each period; everything not checked here is
-    passed through to the policy.
+    `period` is set by the episode runner before each period (None: before any); everything not
+    checked here is passed through to the policy.
     """
 
-    def __init__(self, policy: Any, user_id: str, period: int = 0):
+    def __init__(self, policy: Any, user_id: str, period: int | None = None):
         self.inner = policy
         self.user_id = user_id
         self.period = period
@@ -37,28 +40,37 @@ class GuardedPolicy:
 
     @property
     def label(self) -> str:
-        name = getattr(self.inner, "name", None)
-        return name if isinstance(name, str) and name else type(self.inner).__name__
+        return plugin_label(self.inner)
+
+    @property
+    def where(self) -> str:
+        """` for user U, period P` (no period before the first)."""
+        period = "" if self.period is None else f", period {self.period}"
+        return f" for user {self.user_id}{period}"
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The policy's `method`; a plug-in's exception is one line naming the user and period."""
+        return call(self.inner, method, *args, where=self.where, **kwargs)
 
     def _bad(self, method: str, returned: str) -> NoReturn:
         raise UserError(
-            f"plug-in {self.label}.{method} returned {returned} for user {self.user_id}, "
-            f"period {self.period}: run memloop policy check"
+            f"plug-in {self.label}.{method} returned {returned}{self.where}: run memloop policy "
+            "check"
         )
 
     def respond(self, user_message: str) -> str:
-        reply = self.inner.respond(user_message)
+        reply = self._call("respond", user_message)
         if not isinstance(reply, str):
             self._bad("respond", _described(reply))
         return reply
 
     def ingest(self, user_message: str, assistant_message: str) -> None:
-        self.inner.ingest(user_message, assistant_message)
+        self._call("ingest", user_message, assistant_message)
 
     def answer(
         self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
     ) -> Any:
-        answer = self.inner.answer(prompt, schema=schema, memory_only=memory_only)
+        answer = self._call("answer", prompt, schema=schema, memory_only=memory_only)
         if not isinstance(getattr(answer, "text", None), str):
             self._bad("answer", f"{_described(answer)} (no text str)")
         memories = getattr(answer, "retrieved_memories", None)
@@ -77,40 +89,41 @@ class GuardedPolicy:
         return answer
 
     def memory_view(self) -> str:
-        view = self.inner.memory_view()
+        view = self._call("memory_view")
         if not isinstance(view, str):
             self._bad("memory_view", _described(view))
         return view
 
     def unwritten_messages(self) -> int:
-        count = self.inner.unwritten_messages()
+        count = self._call("unwritten_messages")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             self._bad("unwritten_messages", f"{count!r:.40} (not a count)")
         return count
 
     def prompts(self) -> dict[str, str]:
-        prompts = self.inner.prompts()
-        if not isinstance(prompts, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()
-        ):
-            self._bad("prompts", f"{_described(prompts)} (not a dict of str to str)")
+        prompts = self._call("prompts")
+        problem = prompts_problem(prompts)
+        if problem is not None:
+            raise UserError(
+                f"plug-in {self.label}.prompts {problem}{self.where}: run memloop policy check"
+            )
         return prompts
 
     def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> GuardedPolicy:
-        made = self.inner.with_prompts(prompts, keep_memory=keep_memory)
+        made = self._call("with_prompts", prompts, keep_memory=keep_memory)
         if made is None or not hasattr(made, "respond"):
             self._bad("with_prompts", _described(made))
         return GuardedPolicy(made, self.user_id, self.period)
 
     def load(self, directory: Path) -> GuardedPolicy:
-        self.inner.load(directory)  # into the policy itself (the contract returns self)
+        self._call("load", directory)  # into the policy itself (the contract returns self)
         return self
 
     def save(self, directory: Path) -> None:
-        self.inner.save(directory)
+        self._call("save", directory)
 
     def close(self) -> None:
-        self.inner.close()
+        self._call("close")
 
 
 def guarded(policy: Any, user_id: str) -> GuardedPolicy:

@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C is handled from the first line: a command spends its first second importing (the
+    # parser's modules, the chat client's SDK), and Ctrl-C then is exit 130 too, not a traceback
+    with stop_requests_on_ctrl_c():
+        return exit_on_user_error(lambda: _run(argv))
+
+
+def _run(argv: list[str] | None) -> int | None:
     apply_offline_defaults()
     quiet_third_party_warnings()
     parser = build_parser()
@@ -114,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # the line saying the embedded model is starting is progress too
     embedded_server.START_NOTICE = not getattr(args, "no_progress", False)
-    with stop_requests_on_ctrl_c():
-        return exit_on_user_error(lambda: args.func(args))
+    return args.func(args)
 
 
 def entry() -> NoReturn:
@@ -131,10 +137,18 @@ def entry() -> NoReturn:
     program_gc()
     code = main()
     if code == INTERRUPTED_EXIT:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # the work is done: a Ctrl-C during the interpreter's teardown ends it at once with 130,
+        # without a KeyboardInterrupt traceback from inside some library's exit handler
+        signal.signal(signal.SIGINT, lambda signum, frame: _exit_now(INTERRUPTED_EXIT))
     sys.exit(code)
+
+
+def _exit_now(code: int) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @contextlib.contextmanager

@@ -34,8 +34,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, NoReturn
 
+from memloop.core import interrupt
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, atomic_write_text
+from memloop.core.files import atomic_write_json, atomic_write_text, refuse_foreign_file
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import build_metrics
@@ -43,6 +44,8 @@ from memloop.feedback.report import build_metrics
 OVERALL_FILE = "overall_results.json"
 DIAGNOSIS_FILE = "diagnosis_results.json"
 UB_FILE = "utilization_results.json"
+RECORDS_FILE = "records.jsonl"  # what an import writes in its --out folder
+METRICS_FILE = "metrics.json"
 FORMAT = "amemgym"
 # a user folder of a published run holds some of these
 _USER_MARKERS = (
@@ -320,6 +323,7 @@ def _load_upper_bound(ub_dir: Path) -> list[list[list[_UbOption]]]:
         _fail(path, "expected a non-empty list of items (users), each a list of questions")
     items = []
     for i, item in enumerate(data):
+        interrupt.check()
         if not isinstance(item, list) or not item:
             _fail(path, f"item {i}: expected a non-empty list of questions")
         questions = []
@@ -449,6 +453,7 @@ def read_run(run_dir: str | Path, upper_bound_dir: str | Path | None = None) -> 
         upper_bound_dir=None if upper_bound_dir is None else Path(upper_bound_dir),
     )
     for folder in folders:
+        interrupt.check()  # Ctrl-C stops here even when its KeyboardInterrupt was swallowed
         _read_user(folder, run, ub_items)
     return run
 
@@ -625,18 +630,48 @@ def import_run(
     """Import a published AMemGym run into `out_dir` (records.jsonl, metrics.json); the metrics.
 
     Everything is read and checked first: on bad input a UserError names the file and nothing is
-    written.
+    written. `out_dir` may hold an earlier import (its metrics.json says `imported_from`), whose
+    two files are replaced; a records.jsonl or metrics.json memloop did not import there, or a
+    memloop run folder (spec.json), is refused in one line.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         _fail(out, "exists and is not a folder (--out)")
+    check_out_folder(out)
     run = read_run(run_dir, upper_bound_dir)
     metrics = build_import_metrics(run)
     text = records_jsonl(run)
+    check_out_folder(out)  # again: reading a large run takes a while
+    interrupt.check()  # the last moment to stop with nothing written
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         _fail(out, f"cannot create the folder ({exc.strerror})")
-    atomic_write_text(out / "records.jsonl", text)
-    atomic_write_json(out / "metrics.json", metrics, indent=2)
+    atomic_write_text(out / RECORDS_FILE, text)
+    try:
+        atomic_write_json(out / METRICS_FILE, metrics, indent=2)
+    except BaseException:  # records.jsonl without its metrics.json would not be known as ours
+        (out / RECORDS_FILE).unlink(missing_ok=True)
+        raise
     return metrics
+
+
+def is_import_metrics(path: Path) -> bool:
+    """Whether `path` is the metrics.json of an import (`imported_from` this format)."""
+    document = json.loads(path.read_text(encoding="utf-8"))
+    source = document.get("imported_from") if isinstance(document, dict) else None
+    return isinstance(source, dict) and source.get("format") == FORMAT
+
+
+def check_out_folder(out: Path) -> None:
+    """Refuse an --out folder whose records.jsonl or metrics.json is not an earlier import's."""
+    if (out / "spec.json").exists():
+        _fail(
+            out,
+            "holds a memloop run (spec.json): its records.jsonl and metrics.json are not an "
+            "import's to replace; choose another --out",
+        )
+    mark = "an import's metrics.json names the run it came from in 'imported_from'"
+    refuse_foreign_file(out / METRICS_FILE, "--out", is_import_metrics, mark)
+    if not (out / METRICS_FILE).is_file():  # records.jsonl alone: no metrics.json says whose
+        refuse_foreign_file(out / RECORDS_FILE, "--out", lambda path: False, mark)

@@ -48,6 +48,7 @@ from memloop.core.tables import (
     format_table,
     metric_column,
     objective_first,
+    printable,
 )
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
@@ -847,7 +848,7 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
         target, label = row.cycles - 1, "last"
     first, best = logged_prompts(mlc, row.run_id, 0), logged_prompts(mlc, row.run_id, target)
     within = f" ({row.settings})" if row.settings else ""
-    out = [f"run {row.name}{within}: prompts of cycle 0 -> {label} cycle {target}"]
+    out = [f"run {printable(row.name)}{within}: prompts of cycle 0 -> {label} cycle {target}"]
     for name in sorted(set(first) | set(best)):
         diff = difflib.unified_diff(
             first.get(name, "").splitlines(),

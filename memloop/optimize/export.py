@@ -15,18 +15,32 @@ Formats:
 
 Every format but dspy's (whose file DSPy's ``load`` reads whole) records the run, cycle, rule,
 validation score and commit; dspy's program is written beside a ``.source.json`` that does.
+
+``--out`` replaces only an earlier export nobody changed since: each format records the sha256
+of what it wrote (the text's ``# sha256 of the prompts below`` line, the mem0 config's
+``memloop_source.content_sha256``, the ``.source.json``'s ``content_sha256`` of the DSPy program),
+so a file memloop did not write, or an export edited since (a mem0 config with your llm merged
+in), is refused in one line, and nothing is written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memloop.core import interrupt
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, atomic_write_text
+from memloop.core.files import (
+    atomic_write_json,
+    atomic_write_text,
+    file_sha256,
+    json_sha256,
+    refuse_foreign_file,
+)
 from memloop.feedback.objective import LEGACY_OBJECTIVE
 from memloop.optimize.cycles import CycleRecord, select_cycle
 from memloop.policies.prompt_files import MEM0_KEYS
@@ -87,6 +101,7 @@ def from_folder(folder: Path, cycle: int | None) -> Exported:
     records: list[CycleRecord] = []
     while (record := store.record(len(records))) is not None:
         records.append(record)
+        interrupt.check()  # Ctrl-C stops here even when its KeyboardInterrupt was swallowed
     k, rule = _pick(records, spec.objective, cycle, str(folder))
     prompts = store.saved_prompts(k)
     if prompts is None:
@@ -179,8 +194,74 @@ def _header(exported: Exported) -> list[str]:
     ]
 
 
+TEXT_MARK = "# memloop export of run "
+DIGEST_LINE = "# sha256 of the prompts below: "
+DIGEST_KEY = "content_sha256"  # in a mem0 config's memloop_source and a DSPy .source.json
+_SOURCE_KEYS = {"run", "run_id", "policy", "cycle", "rule", DIGEST_KEY}
+
+
+def _split_header(text: str) -> tuple[list[str], str]:
+    """A text export's leading ``#`` lines, and the rest (which is what its digest covers)."""
+    lines = text.split("\n")
+    n = 0
+    while n < len(lines) and lines[n].startswith("#"):
+        n += 1
+    return lines[:n], "\n".join(lines[n:])
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def render_text(exported: Exported) -> str:
-    return render_prompt_text(exported.prompts, _header(exported))
+    """The text format: the source lines, the prompts' sha256, then one section per prompt."""
+    header, body = _split_header(render_prompt_text(exported.prompts, _header(exported)))
+    return "\n".join([*header, f"{DIGEST_LINE}{_sha256(body)}"]) + "\n" + body
+
+
+def _small_json(path: Path, limit: int = 8 << 20) -> Any:
+    """The JSON document of `path` (None when missing, larger than `limit` bytes or not JSON)."""
+    if not path.is_file() or path.stat().st_size > limit:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _source_of(path: Path) -> Path:
+    """The ``.source.json`` written beside a DSPy program."""
+    return path.with_name(f"{path.stem}.source.json")
+
+
+def _is_source(value: Any) -> bool:
+    return isinstance(value, dict) and _SOURCE_KEYS <= set(value)
+
+
+def is_export(path: Path) -> bool:
+    """Whether `path` is an export memloop wrote, unchanged since (its recorded sha256 holds)."""
+    with open(path, "rb") as handle:
+        text_export = handle.read(len(TEXT_MARK)) == TEXT_MARK.encode()
+    if text_export:
+        header, body = _split_header(path.read_text(encoding="utf-8"))
+        digests = [line[len(DIGEST_LINE) :] for line in header if line.startswith(DIGEST_LINE)]
+        return digests == [_sha256(body)]
+    document = _small_json(path)
+    if isinstance(document, dict) and _is_source(document.get("memloop_source")):
+        source = dict(document["memloop_source"])
+        recorded = source.pop(DIGEST_KEY)
+        return recorded == json_sha256({**document, "memloop_source": source})
+    source = _small_json(_source_of(path))
+    return _is_source(source) and source[DIGEST_KEY] == file_sha256(path)
+
+
+def _is_source_file(path: Path) -> bool:
+    """Whether `path` is a DSPy export's ``.source.json`` (memloop's fields, nothing else)."""
+    document = _small_json(path)
+    return _is_source(document) and set(document) <= _SOURCE_KEYS | set(Exported.__annotations__)
+
+
+EXPORT_MARK = "an export records the sha256 of what it wrote"
 
 
 def mem0_config(exported: Exported) -> dict[str, Any]:
@@ -195,6 +276,8 @@ def mem0_config(exported: Exported) -> dict[str, Any]:
     for name, key in MEM0_KEYS.items():
         out[key] = exported.prompts[name]
     out["memloop_source"] = exported.source()
+    # the sha256 of the config without it: an edited config (your llm merged in) is not replaced
+    out["memloop_source"][DIGEST_KEY] = json_sha256(out)
     return out
 
 
@@ -218,6 +301,10 @@ def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
         raise UserError(f"--format {fmt}: one of {', '.join(FORMATS)}")
     if out.is_dir():
         raise UserError(f"--out {out}: is a folder; give a file name")
+    refuse_foreign_file(out, "--out", is_export, EXPORT_MARK)
+    if fmt == "dspy":
+        refuse_foreign_file(_source_of(out), "--out", _is_source_file, EXPORT_MARK)
+    interrupt.check()  # the last moment to stop with nothing written
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "text":
         atomic_write_text(out, render_text(exported))
@@ -229,7 +316,9 @@ def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
 
     if out.suffix != ".json":
         raise UserError(f"--out {out}: DSPy saves a program's state as .json; name a .json file")
-    save_program(dspy_program(exported), out)
-    source = out.with_name(f"{out.stem}.source.json")
-    atomic_write_json(source, exported.source(), indent=2)
+    program = dspy_program(exported)
+    interrupt.check()  # loading DSPy takes a second
+    save_program(program, out)
+    source = _source_of(out)
+    atomic_write_json(source, {**exported.source(), DIGEST_KEY: file_sha256(out)}, indent=2)
     return [out, source]

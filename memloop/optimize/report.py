@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from memloop.core.tables import WIDTH, format_table, metric_column
+from memloop.core.tables import WIDTH, format_table, metric_column, printable
 
 
 def print_outcomes(config: Any, outcomes: list[Any]) -> None:
@@ -20,7 +20,8 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
     )
     metric = Objective(objective).value
     print()
-    say(f"experiment {config.experiment_name} (MLflow: {config.tracking_uri})")
+    name = printable(config.experiment_name)
+    say(f"experiment {name} (MLflow: {printable(config.tracking_uri)})")
     rows = []
     for o in outcomes:
         chosen = o.selection.cycle if o.selection else None
@@ -52,7 +53,7 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
     if refused:
         say(
             f"leaks refused: {refused} candidate prompts named a user's private value and were "
-            "not taken (optimize/leaks.py)"
+            "not taken (core/leaks.py)"
         )
     print("run folders:")
     for o in outcomes:
@@ -64,10 +65,7 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
             "(finished cycles were read back, not redone)"
         )
     print("compare (paired, on the test users):")
-    print(
-        f"  memloop compare --experiment {config.experiment_name} "
-        f"--tracking-uri {config.tracking_uri}"
-    )
+    print(f"  memloop compare --experiment {name} --tracking-uri {printable(config.tracking_uri)}")
 
 
 def say(text: str, indent: str = "  ") -> None:

@@ -56,13 +56,22 @@ def policy_prompts(config: Any, client: ChatClient, build: Any = None) -> dict[s
     """The memory-write prompts a fresh policy of `config` starts from ({} when it has none).
 
     Part of what defines a run's numbers: an edited default prompt makes another run.
-    `build` replaces `build_policy` (tests).
+    `build` replaces `build_policy` (tests). A plug-in whose `prompts()` raises or returns
+    anything but a dict of str to str is one line naming it (`core.plugins`).
     """
+    from memloop.core.plugins import call, plugin_label, prompts_problem
+
     policy = (build or build_policy)(config, client, None)
     try:
-        return dict(policy.prompts())
+        prompts = call(policy, "prompts")
+        problem = prompts_problem(prompts)
+        if problem is not None:
+            raise UserError(
+                f"plug-in {plugin_label(policy)}.prompts {problem}: run memloop policy check"
+            )
+        return dict(prompts)
     finally:
-        policy.close()
+        call(policy, "close")
 
 
 def build_policy(
@@ -106,7 +115,9 @@ def build_policy(
         raise TypeError(f"not a policy config: {config!r}")
     prompts = {**(getattr(config, "prompts", None) or {}), **(prompts or {})}
     if prompts:
-        fresh = policy.with_prompts(prompts)
-        policy.close()
+        from memloop.core.plugins import call  # a plug-in's exception: one line naming it
+
+        fresh = call(policy, "with_prompts", prompts)
+        call(policy, "close")
         policy = fresh
     return policy

@@ -8,7 +8,7 @@ import sys
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json
-from memloop.core.tables import format_table
+from memloop.core.tables import format_table, printable
 from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
 
 _PROCEDURAL_EPILOG = """\
@@ -89,7 +89,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="length of each update period in months",
     )
     procedural.add_argument(
-        "--out", required=True, metavar="PATH", help="where to write the data.json file"
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="where to write the data.json file; an existing file is refused unless it holds "
+        "exactly what these settings generate (a data.json carries no mark of who wrote it, so "
+        "memloop never replaces one)",
     )
     procedural.set_defaults(func=cmd_procedural)
 
@@ -107,7 +112,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     items, problems = read_items(args.path)
     if problems:
         for problem in problems:
-            print(problem)
+            print(printable(problem))
         sys.stdout.flush()
         noun = "problem" if len(problems) == 1 else "problems"
         raise EnvFileError(f"{args.path}: {len(problems)} {noun} found (listed above)", problems)
@@ -134,7 +139,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_procedural(args: argparse.Namespace) -> int:
     """Generate a procedural environment and write it atomically to --out."""
-    from memloop.environment.datafile import save_items
+    from memloop.core.files import refuse_foreign_file
+    from memloop.environment.datafile import dump_items, save_items
     from memloop.environment.procedural import ProceduralSpec, generate_from_spec
     from memloop.environment.validation import check_items
 
@@ -153,6 +159,14 @@ def cmd_procedural(args: argparse.Namespace) -> int:
     problems = check_items(items)
     if problems:  # a generator bug, not a user error: fail loudly rather than write a bad file
         raise RuntimeError(f"procedural generator produced an invalid environment: {problems[0]}")
+    text = dump_items(items)
+    refuse_foreign_file(
+        args.out,
+        "--out",
+        lambda path: path.read_bytes() == text.encode("utf-8"),
+        "memloop cannot tell a data.json it wrote, and this one is not what these settings "
+        "generate",
+    )
     save_items(items, args.out)
 
     def count(n: int, noun: str) -> str:
@@ -200,7 +214,8 @@ def _register_generate(env_sub: argparse._SubParsersAction) -> None:
         "--out",
         required=True,
         metavar="DIR",
-        help="output folder: data.json, report.json, config.json, raw/",
+        help="output folder: data.json, report.json, config.json, raw/ (a folder holding one of "
+        "those files without being an earlier run of env generate is refused)",
     )
     generate.add_argument("--users", type=int, help="override the number of users")
     generate.add_argument("--periods", type=int, help="override the number of update periods")
@@ -250,6 +265,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"endpoint": str(ref)})
     else:
         endpoint = config.endpoint_config()
+    refuse_foreign_generate_folder(args.out)
     cache = "default" if args.cache is None else (None if args.cache == "none" else args.cache)
     client = ChatClient(endpoint, cache=cache)
     try:
@@ -281,6 +297,35 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "for more attempts, or pass --allow-partial to keep the users that passed"
         )
     return 0
+
+
+GENERATE_FILES = ("config.json", "data.json", "report.json")
+
+
+def refuse_foreign_generate_folder(out: str) -> None:
+    """Refuse an `env generate` --out folder holding its file names without being its run.
+
+    A run of `env generate` writes config.json (its settings' fingerprint) first, then replaces
+    data.json and report.json, and removes an older data.json when users fail: none of that may
+    happen to files memloop did not write.
+    """
+    from pathlib import Path
+
+    folder = Path(out)
+    if not folder.is_dir():
+        return
+    try:
+        document = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("fingerprint"), dict):
+        return  # an earlier run of env generate: resumed or refused by its settings
+    held = [name for name in GENERATE_FILES if (folder / name).exists()]
+    if held:
+        raise UserError(
+            f"--out {folder}: holds files memloop did not write ({', '.join(held)}, and no "
+            "config.json of `memloop env generate`); choose another --out or remove them yourself"
+        )
 
 
 def _register_check(env_sub: argparse._SubParsersAction) -> None:

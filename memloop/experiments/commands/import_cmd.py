@@ -43,7 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="RUN_DIR",
         help="the published run: <output_dir>/<agent name>, one folder per user",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder for records.jsonl and metrics.json; an earlier import there is "
+        "replaced, a records.jsonl or metrics.json memloop did not import (or a run folder) is "
+        "refused and nothing is written",
+    )
     p.add_argument(
         "--upper-bound",
         metavar="UB_RUN_DIR",

@@ -114,7 +114,14 @@ def register_more(sub: argparse._SubParsersAction) -> None:
         "program.load(FILE)",
     )
     ex.add_argument("--cycle", type=int, help="this cycle instead of the one selected")
-    ex.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    ex.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the file to write; an existing one is replaced only when it is an earlier export "
+        "left unchanged (memloop never replaces a file it did not write: it refuses, and writes "
+        "nothing)",
+    )
     ex.add_argument(
         "--tracking-uri",
         default=DEFAULT_TRACKING_URI,
