@@ -37,9 +37,13 @@ def error_lines(err: str) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def stop_flag_cleared():
-    """A test that presses Ctrl-C leaves the process-wide stop flag as it found it."""
+    """A test that presses Ctrl-C leaves the process-wide stop flag as it found it, and starts
+    with Python's own SIGINT handler, as a memloop process does (a library loaded by an earlier
+    test of the session may have left its own handler in place)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     interrupt.clear()
+    signal.signal(signal.SIGINT, previous)
 
 
 # ---------------------------------------------------------------- plug-ins that raise
