@@ -24,8 +24,12 @@ demo: $(STAMP)
 check: $(STAMP)
 	$(BIN)/memloop llm check
 
+# Two passes: the tests that start no model in parallel (one worker per core; each worker has its
+# own caches and stores), then the real-model ones one at a time (two embedded model servers on
+# the same cores slow each other down many times over).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=10 -m "not scaleout"
+	$(BIN)/python -m pytest -q -n auto -m "not real_model and not slow and not scaleout"
+	$(BIN)/python -m pytest -q --durations=10 -m "(real_model or slow) and not scaleout"
 
 # Several machines' parts on real engines: PostgreSQL (installed with apt when missing and this
 # is root) as Optuna storage and MLflow backend, `mlflow server` as the tracking URI.
