@@ -152,3 +152,14 @@ def prompts_problem(value: Any) -> str | None:
                 "name (str) to prompt text (str)"
             )
     return None
+
+
+def checked_prompts(obj: Any, where: str = "") -> dict[str, str]:
+    """`obj.prompts()` through `call`; anything but a dict of str to str is one line naming it."""
+    prompts = call(obj, "prompts", where=where)
+    problem = prompts_problem(prompts)
+    if problem is not None:
+        raise UserError(
+            f"plug-in {plugin_label(obj)}.prompts {problem}{where}: run memloop policy check"
+        )
+    return prompts

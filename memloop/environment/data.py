@@ -226,10 +226,7 @@ class UserItem(_Record):
         if profile.name:
             found.update(part for part in profile.name.split() if len(part) >= 4)
         # the places, people and organisations any other text field names ("grew up in Bergen")
-        fields = {
-            **profile.model_dump(exclude=set(NOT_NAMING_FIELDS)),
-            **(profile.model_extra or {}),
-        }
+        fields = profile.model_dump(exclude=set(NOT_NAMING_FIELDS))  # undefined fields too
         for key, value in fields.items():
             if key not in PRIVATE_PROFILE_FIELDS and isinstance(value, str):
                 found |= proper_nouns(value)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from memloop.core.errors import UserError
-from memloop.core.plugins import call, plugin_label, prompts_problem
+from memloop.core.plugins import call, checked_prompts, plugin_label
 from memloop.llm.client import schema_problem
 
 
@@ -101,13 +101,7 @@ class GuardedPolicy:
         return count
 
     def prompts(self) -> dict[str, str]:
-        prompts = self._call("prompts")
-        problem = prompts_problem(prompts)
-        if problem is not None:
-            raise UserError(
-                f"plug-in {self.label}.prompts {problem}{self.where}: run memloop policy check"
-            )
-        return prompts
+        return checked_prompts(self.inner, self.where)
 
     def with_prompts(self, prompts: dict[str, str], *, keep_memory: bool = False) -> GuardedPolicy:
         made = self._call("with_prompts", prompts, keep_memory=keep_memory)

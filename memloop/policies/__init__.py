@@ -59,17 +59,11 @@ def policy_prompts(config: Any, client: ChatClient, build: Any = None) -> dict[s
     `build` replaces `build_policy` (tests). A plug-in whose `prompts()` raises or returns
     anything but a dict of str to str is one line naming it (`core.plugins`).
     """
-    from memloop.core.plugins import call, plugin_label, prompts_problem
+    from memloop.core.plugins import call, checked_prompts
 
     policy = (build or build_policy)(config, client, None)
     try:
-        prompts = call(policy, "prompts")
-        problem = prompts_problem(prompts)
-        if problem is not None:
-            raise UserError(
-                f"plug-in {plugin_label(policy)}.prompts {problem}: run memloop policy check"
-            )
-        return dict(prompts)
+        return dict(checked_prompts(policy))
     finally:
         call(policy, "close")
 
