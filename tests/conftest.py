@@ -53,3 +53,17 @@ def transport(request, monkeypatch):
     if request.param == "sdk":
         monkeypatch.setattr("memloop.llm.plain_http.usable", lambda base_url: False)
     return request.param
+
+
+@pytest.fixture
+def no_progress_bars(monkeypatch):
+    """Progress bars off: they are drawn on stderr too, and are not error lines (tests that read
+    a command's stderr line by line use it)."""
+    import tqdm
+
+    class Quiet(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", Quiet)

@@ -125,6 +125,15 @@ def endpoint_file(tmp_path: Path, server: Any) -> Path:
     return path
 
 
+def check_example(tmp_path: Path, server: Any) -> int:
+    """`memloop policy check` of the README's plug-in example on `server`."""
+    endpoint = endpoint_file(tmp_path, server)
+    cache = tmp_path / "c.sqlite"
+    return main(
+        ["policy", "check", str(EXAMPLE), "--endpoint", str(endpoint), "--cache", str(cache)]
+    )
+
+
 # -- 1. the same request, the same record ------------------------------------------------------
 
 
@@ -176,17 +185,7 @@ def test_policy_check_of_the_example_passes_on_an_endpoint_that_never_repeats_it
     runaway, tmp_path, capsys
 ):
     # the README's plug-in on a server whose JSON answers run away and differ on every request
-    code = main(
-        [
-            "policy",
-            "check",
-            str(EXAMPLE),
-            "--endpoint",
-            str(endpoint_file(tmp_path, runaway)),
-            "--cache",
-            str(tmp_path / "c.sqlite"),
-        ]
-    )
+    code = check_example(tmp_path, runaway)
     out = capsys.readouterr().out
     assert "  ok  the same conversation and probes give the same answers" in out
     assert "FAIL" not in out
@@ -223,17 +222,7 @@ def test_the_walker_finds_unbounded_strings_and_arrays():
 
 
 def test_the_schemas_policy_check_sends_bound_every_free_string(runaway, tmp_path):
-    code = main(
-        [
-            "policy",
-            "check",
-            str(EXAMPLE),
-            "--endpoint",
-            str(endpoint_file(tmp_path, runaway)),
-            "--cache",
-            str(tmp_path / "c.sqlite"),
-        ]
-    )
+    code = check_example(tmp_path, runaway)
     sent = [
         r["response_format"]["json_schema"]["schema"]
         for r in runaway.requests
@@ -294,19 +283,6 @@ def valid_reply(body: dict[str, Any]) -> str:
 def valid_server():
     with FakeOpenAIServer(reply=valid_reply) as server:
         yield server
-
-
-@pytest.fixture
-def no_progress_bars(monkeypatch):
-    """Progress bars are drawn on stderr too; they are not error lines, so keep them off here."""
-    import tqdm
-
-    class Quiet(tqdm.tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(tqdm, "tqdm", Quiet)
 
 
 def commands(kind: str, tmp_path: Path, server: Any) -> list[str]:

@@ -25,16 +25,8 @@ NATIVE = POLICIES / "native.yaml"
 
 
 @pytest.fixture(autouse=True)
-def no_progress_bars(monkeypatch):
-    """Progress bars are drawn on stderr too; they are not error lines, so keep them off here."""
-    import tqdm
-
-    class Quiet(tqdm.tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(tqdm, "tqdm", Quiet)
+def _quiet(no_progress_bars):
+    """Every test here reads stderr line by line: progress bars off (conftest.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +249,12 @@ def test_ui_starts_one_worker_and_names_the_experiments_runs_table(tmp_path, cap
     assert tags["mlflow.experimentKind"] == "custom_model_development"  # runs, not traces
     started: list[list[str]] = []
     monkeypatch.setattr(os, "execvp", lambda program, argv: started.append(argv))
+    # ui sets these for the MLflow server it becomes: undone after the test, so that a later test
+    # in this process (and its subprocesses) does not inherit them (monkeypatch records a
+    # variable's absence only through setenv, so each is set, then removed)
+    for name in ("PYTHONWARNINGS", "MLFLOW_LOGGING_LEVEL", "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     assert main(["ui", "--tracking-uri", uri, "--port", "5998", "--experiment", "unit-ui"]) == 0
     (argv,) = started
     assert argv[argv.index("--workers") + 1] == "1"

@@ -31,16 +31,8 @@ ENV_CONFIG = EXPERIMENTS / "env" / "base.yaml"
 
 
 @pytest.fixture(autouse=True)
-def quiet_and_contained(monkeypatch, tmp_path):
-    """Progress bars off; the response cache and any relative path inside tmp_path."""
-    import tqdm
-
-    class Quiet(tqdm.tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(tqdm, "tqdm", Quiet)
+def quiet_and_contained(monkeypatch, tmp_path, no_progress_bars):
+    """Progress bars off (conftest.py); the response cache and any relative path inside tmp_path."""
     monkeypatch.setenv("MEMLOOP_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv(KEY_ENV, raising=False)
