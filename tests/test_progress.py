@@ -81,9 +81,12 @@ class Stop(Exception):
 
 
 @pytest.mark.parametrize("notice", [True, False])
-def test_a_line_says_the_embedded_model_is_starting(monkeypatch, capsys, notice):
+def test_a_line_says_the_embedded_model_is_starting(tmp_path, monkeypatch, capsys, notice):
     from memloop.llm import embedded_server
     from memloop.llm.model_files import QWEN_0_5B
+
+    # no running server of the machine to attach to: this process starts one
+    monkeypatch.setattr(embedded_server.runtime, "runtime_dir", lambda: tmp_path)
 
     def stop_here(model):  # the line comes before the model file is verified and loaded
         raise Stop

@@ -7,16 +7,19 @@ tag.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import http.client
 import json
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import jsonschema
@@ -25,13 +28,14 @@ import openai
 from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.settings import cache_root
-from memloop.llm import plain_http
+from memloop.llm import plain_http, request_log
 from memloop.llm.cache import ResponseCache, cache_key
-from memloop.llm.embedded_server import ServerSettings, shared_server
-from memloop.llm.endpoint import Endpoint
+from memloop.llm.embedded_server import DecodeProgress, ServerSettings, shared_server
+from memloop.llm.endpoint import MAX_TIMEOUT_S, Endpoint
 from memloop.llm.errors import EndpointUnreachable
 from memloop.llm.model_files import resolve_packaged_model
 from memloop.llm.plain_http import PlainHTTP
+from memloop.llm.runtime import ComputeTurn
 from memloop.llm.usage import UsageTracker
 
 
@@ -73,6 +77,19 @@ class ChatResult:
     @property
     def ok(self) -> bool:
         return self.json_error is None
+
+
+class LocalServer(Protocol):
+    """What the client uses of the embedded model's server (EmbeddedServer, or a test's fake)."""
+
+    @property
+    def ident(self) -> str: ...  # its compute turn (runtime.ComputeTurn)
+
+    @property
+    def base_url(self) -> str | None: ...
+
+    @property
+    def progress(self) -> DecodeProgress: ...
 
 
 @dataclass
@@ -164,6 +181,7 @@ class ChatClient:
         self._gate = _gate_for(endpoint)
         self._connection = _Connection()  # shared by every fork: one HTTP client and pool
         self._resolved_base_url: str | None = None
+        self._server: LocalServer | None = None  # the embedded model's, once started
         self.requests_sent = 0
         self.draw = 0  # which repeat of a whole run this client's sampled answers belong to
 
@@ -220,6 +238,7 @@ class ChatClient:
                 )
                 server = shared_server(resolve_packaged_model(self.endpoint.model), settings)
                 assert server.base_url is not None
+                self._server = server
                 self._resolved_base_url = server.base_url
             else:
                 self._resolved_base_url = self.endpoint.base_url.rstrip("/")
@@ -239,6 +258,9 @@ class ChatClient:
             if not connection.clients:
                 base_url = self.resolved_base_url()
                 plain = plain_http.usable(base_url)
+                # the embedded model: no deadline per request; the watchdog in _send gives up
+                # on a request only when the server has stopped making progress
+                timeout = MAX_TIMEOUT_S if self.endpoint.is_local else self.endpoint.timeout_s
                 # on the plain path the SDK client only builds status errors: one is enough
                 pools = 1 if plain else -(-self.endpoint.max_concurrency // CONNECTIONS_PER_POOL)
                 size = self.endpoint.max_concurrency + 4  # the gate bounds the sum, not a pool
@@ -248,10 +270,10 @@ class ChatClient:
                     openai.OpenAI(
                         base_url=base_url,
                         api_key=self.endpoint.api_key(),
-                        timeout=self.endpoint.timeout_s,
+                        timeout=timeout,
                         max_retries=0,  # retries are ours: one policy for every endpoint
                         http_client=httpx.Client(
-                            limits=limits, timeout=self.endpoint.timeout_s, verify=ssl_context
+                            limits=limits, timeout=timeout, verify=ssl_context
                         ),
                     )
                     for _ in range(pools)
@@ -260,7 +282,7 @@ class ChatClient:
                     connection.plain = PlainHTTP(
                         base_url,
                         self.endpoint.api_key(),
-                        self.endpoint.timeout_s,
+                        timeout,
                         sdk=connection.clients[0],
                     )
         client = connection.pick()
@@ -329,8 +351,18 @@ class ChatClient:
                     cached=True,
                     cost_usd=self.endpoint.cost_usd(hit["prompt_tokens"], hit["completion_tokens"]),
                 )
+                request_log.write(
+                    component,
+                    self.api_model_name,
+                    self.endpoint.is_local,
+                    "cache_hit",
+                    0,
+                    0.0,
+                    hit["prompt_tokens"],
+                    hit["completion_tokens"],
+                )
                 return self._finish(ChatResult(cached=True, **hit), schema)
-        raw = self._send(messages, params)
+        raw = self._send(messages, params, component)
         result = ChatResult(
             text=raw["text"],
             cached=False,
@@ -388,9 +420,14 @@ class ChatClient:
             result.parsed = value
         return result
 
-    def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    def _send(
+        self, messages: list[dict[str, Any]], params: dict[str, Any], component: str = ""
+    ) -> dict[str, Any]:
         client = self._openai()
         plain = self._connection.plain
+        if self.endpoint.is_local:
+            self.resolved_base_url()  # a fork made before the first request resolves here
+        server = self._server  # None when a test points the client at a fake
         kwargs = {k: v for k, v in params.items() if v is not None}
         extra = kwargs.pop("extra_body", None) or {}
         body = {"model": self.api_model_name, "messages": messages, **kwargs, **extra}
@@ -403,24 +440,39 @@ class ChatClient:
                     gate.peak = max(gate.peak, gate.in_flight)
                     self.requests_sent += 1
                 started = time.perf_counter()
+                conn = plain.connection() if plain is not None else None  # this thread's
+                watchdog = None if server is None else _Watchdog(server, self.endpoint, conn)
                 try:
-                    if plain is not None:  # picked here: the connection is this thread's
-                        conn = plain.connection()
-                        resp = _interruptible(functools.partial(plain.post, conn, body))
-                    else:
-                        resp = _interruptible(
-                            # The SDK's post, not its typed `create`: `create` walks every
-                            # request (messages, the JSON schema) against its TypedDicts and
-                            # parses every answer into models, about half of memloop's CPU per
-                            # call (issue 32). Errors are the SDK's as before.
-                            lambda: client.post(
-                                "/chat/completions", body=body, cast_to=httpx.Response
+                    with contextlib.ExitStack() as turn:
+                        if server is not None:  # one embedded server computes at a time
+                            turn.enter_context(ComputeTurn(server.ident))
+                        if plain is not None and conn is not None:
+                            resp = _interruptible(
+                                functools.partial(plain.post, conn, body), watchdog
                             )
-                        )
+                        else:
+                            resp = _interruptible(
+                                # The SDK's post, not its typed `create`: `create` walks every
+                                # request (messages, the JSON schema) against its TypedDicts
+                                # and parses every answer into models, about half of
+                                # memloop's CPU per call (issue 32). Errors are the SDK's.
+                                lambda: client.post(
+                                    "/chat/completions", body=body, cast_to=httpx.Response
+                                ),
+                                watchdog,
+                            )
                     latency = time.perf_counter() - started
                     completion = _completion(resp)
                 except RETRYABLE as exc:
                     error: Exception | None = exc
+                    request_log.write(
+                        component,
+                        self.api_model_name,
+                        self.endpoint.is_local,
+                        "cancelled" if isinstance(exc, openai.APITimeoutError) else "failed",
+                        attempt,
+                        time.perf_counter() - started,
+                    )
                 except openai.AuthenticationError:
                     key_variable = self.endpoint.api_key_env or "(none configured: set api_key_env)"
                     raise UserError(
@@ -474,6 +526,17 @@ class ChatClient:
             interrupt.sleep(self._backoff(attempt, error))
         choice = completion["choices"][0]
         usage = completion.get("usage") or {}
+        request_log.write(
+            component,
+            self.api_model_name,
+            self.endpoint.is_local,
+            "ok",
+            attempt,
+            latency,
+            usage.get("prompt_tokens") or 0,
+            usage.get("completion_tokens") or 0,
+            completion.get("timings"),
+        )
         return {
             "text": (choice.get("message") or {}).get("content") or "",
             "model": completion.get("model") or self.api_model_name,
@@ -514,10 +577,12 @@ def _completion(response: httpx.Response) -> dict[str, Any]:
     raise NotACompletion(f"a body that is not a chat completion: {received!r}")
 
 
-def _interruptible(call: Callable[[], Any]) -> Any:
+def _interruptible(call: Callable[[], Any], watchdog: _Watchdog | None = None) -> Any:
     """`call()` on a daemon thread, waited for in slices: Ctrl-C ends the wait at once.
 
-    The abandoned request dies with the process (its answer was never cached).
+    With a `watchdog` (the embedded model), the request is abandoned (APITimeoutError) only once
+    the server has made no progress for the endpoint's timeout_s. The abandoned request dies with
+    the process or its closed connection (its answer was never cached).
     """
     interrupt.check()
     box: dict[str, Any] = {}
@@ -532,10 +597,56 @@ def _interruptible(call: Callable[[], Any]) -> Any:
             done.set()
 
     threading.Thread(target=run, name="memloop-request", daemon=True).start()
-    interrupt.wait(done)
+    if watchdog is None:
+        interrupt.wait(done)
+    else:
+        while not done.wait(interrupt.POLL_S):
+            interrupt.check()
+            if watchdog.stalled():
+                watchdog.abandon()
+                raise openai.APITimeoutError(request=httpx.Request("POST", watchdog.url))
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+MIN_STALL_S = 3.0
+
+
+class _Watchdog:
+    """Whether a request to the embedded server still progresses.
+
+    A request is not given a deadline (on a busy machine it may wait minutes behind other
+    requests and still be answered): it is given up only when the server's decode-step count
+    (`DecodeProgress`) has not moved for the endpoint's timeout_s, i.e. the server is stuck or
+    gone. A retry then goes to the same server, whose slots keep the prompt prefix it had.
+    """
+
+    def __init__(
+        self, server: LocalServer, endpoint: Endpoint, conn: http.client.HTTPConnection | None
+    ):
+        self.progress = server.progress
+        self.url = f"{server.base_url}/chat/completions"
+        # at least a few looks at the count (it is read at most once a second)
+        self.stall_s = max(endpoint.timeout_s, MIN_STALL_S)
+        self.conn = conn
+        self.seen = self.progress.value()
+        self.moved_at = time.monotonic()
+
+    def stalled(self) -> bool:
+        value = self.progress.value()
+        now = time.monotonic()
+        if value is not None and value != self.seen:
+            self.seen, self.moved_at = value, now
+            return False
+        return now - self.moved_at > self.stall_s
+
+    def abandon(self) -> None:
+        """Close the request's connection: the server stops working on it."""
+        sock = None if self.conn is None else self.conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 @functools.lru_cache(maxsize=512)

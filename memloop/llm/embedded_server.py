@@ -1,13 +1,18 @@
-"""The embedded model: xllamacpp's OpenAI-compatible server on 127.0.0.1, run in a child process.
+"""The embedded model: xllamacpp's OpenAI-compatible server on 127.0.0.1, one per machine.
 
-A child process keeps llama.cpp's log noise and any native crash away from the caller. It cannot
-outlive its parent: it polls its parent's pid and exits when the parent is gone (even after a
-SIGKILL), and the parent stops it on exit, Ctrl-C or exception.
+The server runs in its own process (llama.cpp's log noise and any native crash stay away from
+the caller) and is shared by every memloop process of the user through the files of
+`memloop.llm.runtime`: a process that needs a model reuses its running server, or starts one and
+waits its turn while another process starts it. A server never outlives its users: each holds a
+lease on it, and it exits as soon as none does (even after a SIGKILL); the last user stops it on
+exit, Ctrl-C or exception. It runs in a session of its own, so a Ctrl-C at the terminal of one
+command does not stop the server another command is using.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -18,9 +23,11 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
+from memloop.core import interrupt
 from memloop.core.errors import UserError
-from memloop.core.settings import cache_root
+from memloop.llm import runtime
 from memloop.llm.errors import ModelFileError
 from memloop.llm.model_files import PackagedModel, ensure_model_file
 
@@ -32,23 +39,72 @@ START_NOTICE = True  # a line on stderr while the model starts (off under --no-p
 class ServerSettings:
     slots: int = 4  # parallel sequences (continuous batching)
     ctx_per_slot: int = 8192  # tokens of context each request may use
-    threads: int | None = None  # CPU threads; default: all cores
+    threads: int | None = None  # CPU threads; default: runtime.available_cores()
     start_timeout_s: float = 180.0
 
 
 class EmbeddedServer:
-    """Start with `start()` (or as a context manager); `base_url` is the OpenAI /v1 root."""
+    """Start with `start()` (or as a context manager); `base_url` is the OpenAI /v1 root.
+
+    `start()` attaches to the machine's running server of the same model and settings when there
+    is one (`started` says whether this process started it); `stop()` detaches, and stops the
+    server when no other process uses it.
+    """
 
     def __init__(self, model: PackagedModel, settings: ServerSettings = ServerSettings()):
         self.model = model
         self.settings = settings
-        self._proc: subprocess.Popen | None = None
+        self.threads = settings.threads or runtime.available_cores()
+        self.ident = runtime.server_id(
+            model.key, model.sha256, settings.slots, settings.ctx_per_slot, self.threads
+        )
+        directory = runtime.runtime_dir()
+        self.lock_path = directory / f"{self.ident}.lock"
+        self.lease_path = directory / f"{self.ident}.lease"
+        self.address_path = directory / f"{self.ident}.json"
+        self.log_path = directory / f"{self.ident}.log"
+        self._proc: subprocess.Popen | None = None  # when this process started the server
+        self._lease: int | None = None
+        self._pid: int | None = None
         self.base_url: str | None = None
-        self.log_path = cache_root() / "logs" / f"embedded-{model.key}.log"
+        self.started = False
+        self._progress: DecodeProgress | None = None
 
     def start(self) -> EmbeddedServer:
-        if self._proc is not None:
+        if self._lease is not None:
             return self
+        with runtime.held(self.lock_path):
+            lease = runtime.open_lock_file(self.lease_path)
+            try:
+                if not self._attach(lease):
+                    runtime.wait_flock(lease, fcntl.LOCK_SH)  # the new server sees a user at once
+                    self._launch()
+            except BaseException:
+                os.close(lease)
+                self._terminate_own()
+                raise
+            self._lease = lease
+        atexit.register(self.stop)
+        return self
+
+    def _attach(self, lease: int) -> bool:
+        """Use the running server of this id, if it is alive and healthy."""
+        address = runtime.read_address(self.address_path)
+        if address is None:
+            return False
+        pid = address["pid"]
+        root = address["base_url"].removesuffix("/v1")
+        if runtime.is_server_process(pid) and _healthy(root, timeout_s=10.0):
+            # it takes the lease exclusively only under the lock we hold: never refused here
+            if runtime.try_flock(lease, fcntl.LOCK_SH):
+                self._pid, self.base_url = pid, address["base_url"]
+                return True
+        if runtime.is_server_process(pid):  # alive but not answering: replace it
+            _terminate(pid)
+        self.address_path.unlink(missing_ok=True)
+        return False
+
+    def _launch(self) -> None:
         if START_NOTICE:  # verifying and loading the weights takes ~1 s per 180 MB (2 cores)
             from tqdm import tqdm  # its write: a line above any progress bar drawn
 
@@ -59,7 +115,6 @@ class EmbeddedServer:
             )
         path = ensure_model_file(self.model)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        threads = self.settings.threads or os.cpu_count() or 2
         cmd = [
             sys.executable,
             "-m",
@@ -73,9 +128,11 @@ class EmbeddedServer:
             "--ctx-per-slot",
             str(self.settings.ctx_per_slot),
             "--threads",
-            str(threads),
-            "--parent-pid",
-            str(os.getpid()),
+            str(self.threads),
+            "--runtime",
+            str(self.lock_path.parent),
+            "--ident",
+            self.ident,
         ]
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -84,14 +141,12 @@ class EmbeddedServer:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 text=True,
+                start_new_session=True,  # a Ctrl-C at the terminal is for the command, not it
             )
-        atexit.register(self.stop)
-        try:
-            self.base_url = self._await_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self.started = True
+        self._pid = self._proc.pid
+        self.base_url = self._await_ready()
+        runtime.write_address(self.address_path, {"pid": self._pid, "base_url": self.base_url})
 
     def _await_ready(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None
@@ -113,12 +168,8 @@ class EmbeddedServer:
                 raise UserError(
                     f"the embedded model server exited while loading; see {self.log_path}"
                 )
-            try:
-                with urllib.request.urlopen(root + "/health", timeout=2) as resp:
-                    if resp.status == 200 and json.loads(resp.read()).get("status") == "ok":
-                        return root + "/v1"
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+            if _healthy(root):
+                return root + "/v1"
             time.sleep(0.2)
         raise UserError(
             f"the embedded model server was not healthy within "
@@ -126,11 +177,44 @@ class EmbeddedServer:
         )
 
     @property
+    def progress(self) -> DecodeProgress:
+        """The server's decode-step count (the client's measure of a request's progress)."""
+        if self._progress is None:
+            assert self.base_url is not None, "start() the server first"
+            self._progress = DecodeProgress(self.base_url)
+        return self._progress
+
+    @property
     def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        return None if self._lease is None and self._proc is None else self._pid
 
     def stop(self) -> None:
-        proc, self._proc = self._proc, None
+        """Detach; stop the server when no other process uses it."""
+        lease, self._lease = self._lease, None
+        if lease is None:
+            self._terminate_own()
+            return
+        pid = self._pid
+        try:
+            with runtime.held(self.lock_path):
+                if runtime.try_flock(lease, fcntl.LOCK_EX):  # nobody else holds a lease
+                    address = runtime.read_address(self.address_path)
+                    if address is not None and address["pid"] == pid:
+                        self.address_path.unlink(missing_ok=True)
+                    if self._proc is not None:
+                        self._terminate_own()
+                    elif pid is not None and runtime.is_server_process(pid):
+                        _terminate(pid)
+        except interrupt.Interrupted:
+            pass  # exiting anyway: the server sees its last lease go and exits by itself
+        finally:
+            os.close(lease)
+            proc, self._proc = self._proc, None
+            if proc is not None and proc.stdout is not None:
+                proc.stdout.close()
+
+    def _terminate_own(self) -> None:
+        proc = self._proc
         if proc is None:
             return
         if proc.poll() is None:
@@ -140,8 +224,6 @@ class EmbeddedServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
     def __enter__(self) -> EmbeddedServer:
         return self.start()
@@ -150,12 +232,73 @@ class EmbeddedServer:
         self.stop()
 
 
+class DecodeProgress:
+    """A server's count of decode steps (llama.cpp's /metrics `n_decode_total`).
+
+    Every prompt batch and every generated token of any slot is a step, so the count moves as
+    long as the server works through its queue. Read at most once a second, shared by every
+    request waiting on the server; None when it cannot be read.
+    """
+
+    EVERY_S = 1.0
+
+    def __init__(self, base_url: str):
+        self.url = base_url.removesuffix("/v1") + "/metrics"
+        self._lock = threading.Lock()
+        self._value: int | None = None
+        self._read_at = float("-inf")
+
+    def value(self) -> int | None:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.EVERY_S:
+                self._value = _decode_count(self.url)
+                self._read_at = time.monotonic()
+            return self._value
+
+
+def _decode_count(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("llamacpp:n_decode_total"):
+            try:
+                return int(float(line.split()[-1]))
+            except ValueError:
+                return None
+    return None
+
+
+def _healthy(root: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(root + "/health", timeout=timeout_s) as resp:
+            return resp.status == 200 and json.loads(resp.read()).get("status") == "ok"
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _terminate(pid: int) -> None:
+    """Stop a server this process did not start (SIGTERM, then SIGKILL after 10 s)."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while runtime.is_server_process(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not runtime.is_server_process(pid):
+            return
+
+
 _servers: dict[tuple[str, ServerSettings], EmbeddedServer] = {}
 _servers_lock = threading.Lock()
 
 
 def shared_server(model: PackagedModel, settings: ServerSettings) -> EmbeddedServer:
-    """One running server per (model, settings) in this process, started on first use."""
+    """The machine's server of (model, settings), attached once per process on first use."""
     with _servers_lock:
         server = _servers.get((model.key, settings))
         if server is None or server.pid is None:
@@ -167,18 +310,26 @@ def shared_server(model: PackagedModel, settings: ServerSettings) -> EmbeddedSer
 # ---------------------------------------------------------------- child process side
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Exit as soon as the parent process is gone (re-parented child).
+def _exit_when_unused(directory: Path, ident: str) -> None:
+    """Exit as soon as no process holds a lease on this server (checked twice a second).
 
-    Polling is used rather than PR_SET_PDEATHSIG, which fires when the *thread* that started the
-    child ends.
+    The lease is tried under the server's lock, which a process attaching holds: a process is
+    never handed the address of a server that is about to exit.
     """
+    lease = runtime.open_lock_file(directory / f"{ident}.lease")
+    address = directory / f"{ident}.json"
 
     def watch() -> None:
         while True:
-            if os.getppid() != parent_pid:
-                os._exit(0)
             time.sleep(0.5)
+            lock = runtime.open_lock_file(directory / f"{ident}.lock")
+            if runtime.try_flock(lock, fcntl.LOCK_EX):
+                if runtime.try_flock(lease, fcntl.LOCK_EX):
+                    found = runtime.read_address(address)
+                    if found is not None and found["pid"] == os.getpid():
+                        address.unlink(missing_ok=True)
+                    os._exit(0)  # the lock goes with the process
+            os.close(lock)
 
     threading.Thread(target=watch, daemon=True).start()
 
@@ -192,9 +343,10 @@ def _serve(argv: list[str]) -> int:
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--ctx-per-slot", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--parent-pid", type=int, default=os.getppid())
+    ap.add_argument("--runtime", required=True)
+    ap.add_argument("--ident", required=True)
     args = ap.parse_args(argv)
-    _die_with_parent(args.parent_pid)
+    _exit_when_unused(Path(args.runtime), args.ident)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -209,6 +361,11 @@ def _serve(argv: list[str]) -> int:
     params.n_ctx = args.slots * args.ctx_per_slot
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
+    # idle threads sleep instead of spinning (llama.cpp's default polls at 50): with another
+    # process on the cores a spinning thread pool slowed decoding 10-50x; alone no slower
+    params.cpuparams.poll = 0
+    params.cpuparams_batch.poll = 0
+    params.endpoint_metrics = True  # /metrics: n_decode_total tells the client it progresses
     params.hostnames = ["127.0.0.1"]
     params.port = 0
     server = xllamacpp.Server(params)

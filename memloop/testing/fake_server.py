@@ -14,11 +14,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from memloop.llm.client import ChatClient
+    from memloop.llm.embedded_server import DecodeProgress
     from memloop.llm.roles import RoleClients
 
 
@@ -26,7 +29,10 @@ if TYPE_CHECKING:
 # body; 429 and 503 carry `Retry-After: retry_after_s`).
 FAULTS = {
     "ok": "the normal reply",
-    "hang": "no answer for hang_s seconds, then the normal reply",
+    "hang": "no answer for hang_s seconds, then the normal reply (a slow server: its decode "
+    "count at /metrics moves meanwhile)",
+    "stall": "no answer for hang_s seconds, then the normal reply, while the decode count at "
+    "/metrics stands still (a stuck server)",
     "html": "HTTP 200 with an HTML page",
     "cut": "HTTP 200 with a chat completion cut in the middle of its JSON",
     "short": "HTTP 200 announcing the whole completion; half is sent, then the connection closes",
@@ -65,6 +71,8 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.auth_headers: list[str] = []
         self.in_flight = 0
+        self.stalled = 0  # requests in flight under the "stall" fault
+        self.decode_steps = 0  # llama.cpp's n_decode_total: moves while a request progresses
         self.peak_in_flight = 0
         self._lock = threading.Lock()
         self._httpd = _Server(("127.0.0.1", 0), self._handler())
@@ -130,6 +138,16 @@ class FakeOpenAIServer:
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
                 }
 
+            def do_GET(self) -> None:
+                if not self.path.endswith("/metrics"):
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                with fake._lock:  # each look at a progressing server sees a step more
+                    if fake.in_flight > fake.stalled:
+                        fake.decode_steps += 1
+                    text = f"llamacpp:n_decode_total {fake.decode_steps}\n"
+                self._send(200, text.encode(), content_type="text/plain")
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -140,10 +158,11 @@ class FakeOpenAIServer:
                     fake.peak_in_flight = max(fake.peak_in_flight, fake.in_flight)
                     fault = fake.failures.popleft() if fake.failures else 200
                     fake.served.append(fault)
+                    fake.stalled += fault == "stall"
                 try:
                     if fake.latency_s:
                         time.sleep(fake.latency_s)
-                    if fault == "hang":
+                    if fault in ("hang", "stall"):
                         time.sleep(fake.hang_s)
                     if isinstance(fault, int) and fault != 200:
                         extra = {}
@@ -193,6 +212,7 @@ class FakeOpenAIServer:
                 finally:
                     with fake._lock:
                         fake.in_flight -= 1
+                        fake.stalled -= fault == "stall"
 
         return Handler
 
@@ -250,3 +270,27 @@ def fake_roles(
     endpoint = Endpoint(model="m", base_url=base_url, temperature=temperature)
     client = ChatClient(endpoint, cache=cache)
     return RoleClients(client, client, client, client)
+
+
+@dataclass
+class FakeEmbedded:
+    """What the chat client uses of the embedded model's server, played by a fake."""
+
+    ident: str  # its compute turn's name (memloop.llm.runtime.ComputeTurn)
+    base_url: str
+    progress: DecodeProgress  # read from the fake's /metrics
+
+
+def as_embedded(client: ChatClient, fake: FakeOpenAIServer) -> ChatClient:
+    """Point a `base_url: local` client at `fake` as if the fake were the embedded server.
+
+    The client then waits for answers as it does for the embedded model (compute turns, no
+    deadline while the decode count moves).
+    """
+    from memloop.llm.embedded_server import DecodeProgress
+
+    assert client.endpoint.is_local, "as_embedded is for a base_url: local endpoint"
+    client._resolved_base_url = fake.base_url
+    port = fake.base_url.split(":")[-1].split("/")[0]
+    client._server = FakeEmbedded(f"fake-{port}", fake.base_url, DecodeProgress(fake.base_url))
+    return client
