@@ -154,6 +154,7 @@ study = optuna.create_study(storage=storage, study_name="s")
 study.ask()  # Optuna warns: a heartbeat outside Study.optimize
 optuna.samplers.BruteForceSampler(seed=0)  # Optuna warns: experimental
 import logging
+import dspy  # noqa: F401  (its import sets the "dspy" logger to INFO, after memloop's setting)
 logging.getLogger("dspy.clients.lm").warning("LM response was truncated")  # as DSPy logs it
 """
 

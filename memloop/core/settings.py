@@ -79,6 +79,8 @@ def quiet_third_party_warnings() -> None:
     # DSPy logs "LM response was truncated" when a reply reaches max_tokens; where memloop uses
     # the reply, a cut one fails to parse and is counted (json_errors) or rejected there
     logging.getLogger("dspy").setLevel(logging.ERROR)
+    # DSPy's import sets its own logger back to INFO; a child's own level stays
+    logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 
 
 PROGRAM_GC_THRESHOLDS = (50_000, 20, 100)
