@@ -138,3 +138,11 @@ def test_memloop_threads_refuses_what_is_not_a_count(monkeypatch, value):
     monkeypatch.setenv("MEMLOOP_THREADS", value)
     with pytest.raises(UserError, match="MEMLOOP_THREADS"):
         runtime.available_cores()
+
+
+def test_the_servers_files_sit_next_to_the_models_unless_told(monkeypatch, tmp_path):
+    monkeypatch.delenv(runtime.RUNTIME_ENV, raising=False)
+    monkeypatch.setenv("MEMLOOP_MODELS_DIR", str(tmp_path / "models"))
+    assert runtime.runtime_dir() == tmp_path / "models" / "servers"
+    monkeypatch.setenv(runtime.RUNTIME_ENV, str(tmp_path / "own"))
+    assert runtime.runtime_dir() == tmp_path / "own"

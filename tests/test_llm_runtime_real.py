@@ -5,6 +5,7 @@ reuses the prompt prefix the server's slot kept."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,9 +34,12 @@ print(json.dumps({"ok": ask()}), flush=True)
 """
 
 
-def _spawn() -> subprocess.Popen:
+def _spawn(runtime_dir) -> subprocess.Popen:
+    # servers of their own: a server of the same settings another test (or a user's command)
+    # keeps running would be shared too, and neither process would have started it
     return subprocess.Popen(
         [sys.executable, "-c", SHARE],
+        env={**os.environ, runtime.RUNTIME_ENV: str(runtime_dir)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -44,9 +48,9 @@ def _spawn() -> subprocess.Popen:
 
 
 def test_two_processes_share_one_server_and_it_ends_with_the_last(tmp_path):
-    first = _spawn()
+    first = _spawn(tmp_path)
     time.sleep(0.5)  # the second arrives while the first is starting the model
-    second = _spawn()
+    second = _spawn(tmp_path)
     try:
         one = json.loads(first.stdout.readline())
         two = json.loads(second.stdout.readline())

@@ -38,12 +38,19 @@ TURN_FILE = "turn.lock"
 POLL_S = 0.02  # how often a waiting lock is tried again
 
 
+RUNTIME_ENV = "MEMLOOP_RUNTIME_DIR"
+
+
 def runtime_dir() -> Path:
     """Where the servers' lock, lease, address and log files live: <models dir>/servers.
 
     Next to the model files, which every process of the user shares (the test suite too: it
-    gives each session its own cache folder but keeps the models folder).
+    gives each session its own cache folder but keeps the models folder). $MEMLOOP_RUNTIME_DIR
+    gives a set of processes servers of their own.
     """
+    explicit = os.environ.get(RUNTIME_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
     from memloop.llm.model_files import models_dir
 
     return models_dir() / "servers"
