@@ -433,12 +433,13 @@ class Started:
     timed_out: bool = False
 
 
-def start(run: Run, folder: Path, cache: Path, env: dict[str, str]) -> Started:
-    """`memloop <argv>` as its own process in a fresh working folder `folder`/work."""
+def start(run: Run, folder: Path, cache: Path, env: dict[str, str], root: Path) -> Started:
+    """`memloop <argv>` as its own process in a fresh working folder `folder`/work; `root` holds
+    the environment files (make_environments)."""
     work = folder / "work"
     work.mkdir(parents=True)
     log = folder / "requests.jsonl"
-    argv = [_argument(a, folder.parent) for a in run.argv]
+    argv = [_argument(a, root) for a in run.argv]
     child_env = {**env, "MEMLOOP_CACHE_DIR": str(cache), REQUEST_LOG: str(log)}
     with open(folder / "stdout.txt", "wb") as out, open(folder / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(
@@ -470,18 +471,16 @@ def make_environments(root: Path, names: Iterable[str], env: dict[str, str]) -> 
         if a.startswith("{env:")
     }
     for name in sorted(wanted):
-        for folder in (root, *(root / p for p in PAIRS)):
-            out = folder / f"env-{name}.json"
-            if out.exists():
-                continue
-            folder.mkdir(parents=True, exist_ok=True)
-            argv = ["env", "procedural", *ENVIRONMENTS[name], "--out", str(out)]
-            subprocess.run(
-                [sys.executable, "-m", "memloop", *argv],
-                env=env,
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
+        out = root / f"env-{name}.json"
+        if out.exists():
+            continue
+        argv = ["env", "procedural", *ENVIRONMENTS[name], "--out", str(out)]
+        subprocess.run(
+            [sys.executable, "-m", "memloop", *argv],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 def wait_all(runs: Sequence[Started], label: str, timeout_s: float, every_s: float) -> None:
@@ -551,7 +550,7 @@ def run_single(
     servers = running_servers()
     if servers:
         note(f"{run.name}: embedded servers already running (not a quiet machine): {servers}")
-    started = start(run, folder, folder / "cache", env)
+    started = start(run, folder, folder / "cache", env, root)
     wait_all([started], run.name, args.timeout, args.progress_every)
     row = result_of(started, rates)
     row["servers_running_before"] = servers
@@ -568,7 +567,7 @@ def run_pair(
     folder = root / name
     note(f"{name}: " + " & ".join(command_line(r) for r in runs))
     servers = running_servers()
-    started = [start(r, folder / r.name, folder / r.name / "cache", env) for r in runs]
+    started = [start(r, folder / r.name, folder / r.name / "cache", env, root) for r in runs]
     wait_all(started, name, args.timeout, args.progress_every)
     wall = max(s.wall_s or 0.0 for s in started)
     parts = [result_of(s, rates) for s in started]
