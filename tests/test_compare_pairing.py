@@ -18,14 +18,14 @@ from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
 from memloop.optimize.config import EvolveConfig, load_config
 from memloop.policies.base import Answer
-from memloop.testing import FakeOpenAIServer, evolve_loop_reply
+from memloop.testing import FakeOpenAIServer, evolve_loop_reply, gate_passes
 from memloop.testing.policies import ScriptedPolicy
 
 
 def write_config(tmp_path, **over):
     """An evolve YAML as tests/test_optimize_loop.py writes one: a baseline and an evolved
-    condition, two cycles, three test users and no validation users, so each run's selected
-    prompt is its last cycle's (the evolved runs' is an evolved one)."""
+    condition, two cycles, two training users, three validation and three test users; the gate
+    is made to pass (`passing_gate`), so each evolved run's selection is its best cycle."""
     import yaml
 
     policy = tmp_path / "awi.yaml"
@@ -33,15 +33,16 @@ def write_config(tmp_path, **over):
     data = {
         "experiment": "unit",
         "environment": {
-            "procedural": {"users": 5, "periods": 2, "questions": 2, "seed": 1},
+            "procedural": {"users": 8, "periods": 2, "questions": 2, "seed": 1},
             "train_users": 2,
-            "val_users": 0,
+            "val_users": 3,
             "test_users": 3,
         },
         "policy": str(policy),
         "feedback_modes": ["none", "complete"],
         "evolvers": ["reflective"],
         "cycles": 2,
+        "objective": "state_accuracy",  # the evolved prompt is the better on it for both models
         "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
         "out_dir": str(tmp_path / "runs"),
         **over,
@@ -51,7 +52,7 @@ def write_config(tmp_path, **over):
     return path
 
 
-METRICS = ("memory_score", "state_accuracy", "memory_gain", "factual_recall")
+METRICS = ("state_accuracy", "memory_score", "memory_gain", "factual_recall")  # objective first
 # their column names in compare's tables (core.tables.metric_column); the objective comes first
 COLUMNS = {"mem_score": "memory_score", "state_acc": "state_accuracy", "mem_gain": "memory_gain"}
 COLUMNS["recall"] = "factual_recall"
@@ -167,6 +168,13 @@ def two_models(tmp_path_factory):
     return config, on_a, on_b
 
 
+@pytest.fixture(autouse=True, scope="module")
+def passing_gate():
+    """Pairing is this file's subject, not the gate: every selection takes its best cycle."""
+    with gate_passes():
+        yield
+
+
 def test_each_model_is_paired_with_its_own_baseline(two_models):
     from memloop.optimize.compare import compare, run_histories
 
@@ -228,11 +236,14 @@ def test_each_model_is_paired_with_its_own_baseline(two_models):
     section_a, section_b = sections(table)
     for section, evolved, base in ((section_a, evolved_a, base_a), (section_b, evolved_b, base_b)):
         marginal = cells_of(section.split("within each run")[0])
-        # the objective (the memory score: no embedded model here) is the first metric column
-        assert ["condition", "selected", "n", "mem_score (objective)"] in [c[:4] for c in marginal]
+        # the objective (state accuracy, set in write_config) is the first metric column
+        assert ["condition", "selected", "n", "state_acc (objective)"] in [c[:4] for c in marginal]
         shown = [(c[0], c[3]) for c in marginal if c[0] in ("none/none", "complete/reflective")]
         assert shown == [
-            (f"{o.mode}/{o.evolver}", f"{o.cycles[o.selection.cycle].score('test'):.3f}")
+            (
+                f"{o.mode}/{o.evolver}",
+                f"{o.cycles[o.selection.cycle].score('test', 'state_accuracy'):.3f}",
+            )
             for o in (base, evolved)
         ]
         assert section.count("paired with the baseline none/none on the same users") == 1
@@ -245,7 +256,7 @@ def test_each_model_is_paired_with_its_own_baseline(two_models):
             counts.append(len(diffs) - sum(counts))
             assert c[2:4] == [str(len(diffs)), mean_cell(diffs)]
             assert c[-1] == "/".join(map(str, counts))
-    memory_b = paired_cells(section_b)[0]
+    (memory_b,) = [c for c in paired_cells(section_b) if c[1] == "mem_score"]
     assert memory_b[3] == mean_cell(own) != mean_cell(across)
 
     # the plot's lines and the prompt diff say which group a run is of
@@ -308,9 +319,9 @@ def test_a_group_without_a_baseline_is_shown_unpaired_with_a_note(tmp_path, caps
     assert section_b.rstrip().endswith(NO_BASELINE)
     assert result["table"].count(NO_BASELINE) == 1
     # its own numbers are still shown, marginally
-    marginal = cells_of(section_b.split("within each run")[0])
+    marginal = cells_of(section_b.split("within each run")[0].split("the gate on")[0])
     assert [c[0] for c in marginal if c[0].startswith("complete")] == ["complete/reflective"]
-    assert [c[1] for c in paired_cells(section_a)][:1] in (["mem_score"], ["all"])
+    assert [c[1] for c in paired_cells(section_a)][:1] in (["state_acc"], ["all"])
     # the CLI prints the same, and its plot follows the groups
     plot = tmp_path / "cmp.png"
     argv = ["compare", "--experiment", "unit", "--tracking-uri", config.tracking_uri]

@@ -146,6 +146,8 @@ def observed(config: EvolveConfig, outcome) -> dict[str, Any]:
     return {
         "cycles": [c.cycle for c in outcome.cycles],
         "selected": outcome.selection.cycle,
+        "candidate": outcome.selection.candidate,
+        "verdict": outcome.selection.verdict,
         "prompts": [
             json.loads((run_dir / f"cycle_{c.cycle:02d}" / "prompts.json").read_text())
             for c in outcome.cycles
@@ -166,6 +168,8 @@ def assert_same(resumed: dict[str, Any], reference: dict[str, Any]) -> None:
     # the headline numbers first, for a readable failure
     assert len(resumed["cycles"]) == len(reference["cycles"])
     assert resumed["selected"] == reference["selected"]
+    assert resumed["candidate"] == reference["candidate"]
+    assert resumed["verdict"] == reference["verdict"]
     assert resumed["prompt_versions"] == reference["prompt_versions"]
     assert [t.get("optimizer") for t in resumed["tokens"]] == [
         t.get("optimizer") for t in reference["tokens"]
@@ -183,7 +187,9 @@ def reference(tmp_path_factory) -> dict[str, Any]:
         config, outcome = run(root, fake)
     seen = observed(config, outcome)
     # a search worth resuming: a candidate that wins, feedback cut by the budget, reflections
-    assert seen["selected"] == 1 and len(seen["cycles"]) == 1 + REFLECTIONS
+    # (too few validation users for the gate: the seed stays what the run stands for)
+    assert seen["candidate"] == 1 and seen["verdict"] == "too few users"
+    assert seen["selected"] == 0 and len(seen["cycles"]) == 1 + REFLECTIONS
     assert seen["prompts"][1]["writer"].endswith("(gen 1).")
     assert seen["tokens"][0]["optimizer"] > 0
     assert seen["omitted"][-1] > 0

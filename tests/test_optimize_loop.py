@@ -348,17 +348,19 @@ def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
         {"a": 1},
         tags={"memloop.feedback_mode": "complete", "memloop.evolver": "reflective"},
     )
-    # val: undefined, 0.4, 0.2 -> cycle 1 is selected; test is best at cycle 2 (never chosen)
+    # val: undefined, 0.4, 0.2 -> cycle 1 is the candidate; test is best at cycle 2 (never
+    # chosen). Its 7 validation users are all up on the seed: p = 2/128 <= 0.05 / 2 candidates
+    val_users = [f"v{i}" for i in range(7)]
     cycles = [
-        (None, {"u1": 0.1, "u2": 0.3}),
-        (0.4, {"u1": 0.2, "u2": 0.6}),
-        (0.2, {"u1": 0.9, "u2": 0.9}),
+        (None, {"u1": 0.1, "u2": 0.3}, dict.fromkeys(val_users, 0.1)),
+        (0.4, {"u1": 0.2, "u2": 0.6}, dict.fromkeys(val_users, 0.4)),
+        (0.2, {"u1": 0.9, "u2": 0.9}, dict.fromkeys(val_users, 0.2)),
     ]
-    for k, (val, test) in enumerate(cycles):
+    for k, (val, test, val_by_user) in enumerate(cycles):
         record = CycleRecord(
             cycle=k,
             splits={
-                "val": split(val),
+                "val": split(val, val_by_user),
                 "test": split(sum(test.values()) / 2, test),
             },
         )
@@ -368,6 +370,8 @@ def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
     result = compare(uri, "gaps")
     (row,) = result["rows"]
     assert (row.cycles, row.selection.cycle, row.split, row.n_users) == (3, 1, "test", 2)
+    assert row.selection.verdict == "improved" and row.selection.gate["n"] == 7
+    assert row.selection.gate["comparisons"] == 2
     assert row.first == pytest.approx(0.2) and row.selected == pytest.approx(0.4)
     assert row.delta == pytest.approx(((0.2 - 0.1) + (0.6 - 0.3)) / 2)
     assert not row.same_prompt_as_first  # cycle 1 logged other prompts than cycle 0
@@ -900,8 +904,8 @@ def test_evolve_prints_the_objective_its_selection_and_the_compare_command(
         format_number(selected.score(s, objective)) for s in ("train", "val", "test")
     ]
     assert (
-        f"complete/reflective: cycle {outcome.selection.cycle} selected "
-        f"(best val_{objective} = {val:.3f})" in out
+        f"complete/reflective: cycle {outcome.selection.cycle} stands for the run "
+        f"({outcome.selection.rule} = {val:.3f})" in " ".join(out.split())  # prose wraps
     )
     assert f"memloop compare --experiment unit --tracking-uri {config.tracking_uri}" in out
 
@@ -911,10 +915,12 @@ def test_a_selection_without_a_validation_value_says_so(tmp_path, capsys):
     from memloop.optimize.report import _selection_line
 
     class Outcome:
-        selection = Selection(cycle=3, rule="last cycle (no validation score)")
+        selection = Selection(cycle=0, rule="the seed (no val_memory_score: nothing to choose on)")
 
     line = _selection_line(Outcome())
-    assert line.startswith("cycle 3 stands for the run: no validation memory score was defined")
+    assert (
+        line == "cycle 0 stands for the run (the seed (no val_memory_score: nothing to choose on))"
+    )
 
 
 def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):

@@ -158,7 +158,7 @@ def test_a_change_that_lowered_validation_is_reverted_before_the_next_delta(tmp_
         assert step.changes["writer"][-1] == "counts: r1 helpful 1 / harmful 0"
 
 
-def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_taken(tmp_path):
+def test_sampled_candidates_are_screened_by_replay_and_the_gate_decides(tmp_path):
     from types import SimpleNamespace
 
     rules = iter(
@@ -169,36 +169,86 @@ def test_sampled_candidates_are_screened_by_replay_and_only_a_better_one_is_take
         return json.dumps({"op": "ADD", "id": "new", "rule": next(rules)})
 
     def screen_with(values):
+        """Screens answering {user: state accuracy} per call: current, then each candidate."""
         seen = []
 
         def screen(prompts):
             seen.append(prompts["writer"])
-            return SimpleNamespace(state_accuracy=values[len(seen) - 1], tokens=100, cost_usd=None)
+            by_user = values[len(seen) - 1]
+            return SimpleNamespace(
+                state_accuracy=sum(by_user.values()) / len(by_user),
+                by_user=by_user,
+                tokens=100,
+                cost_usd=None,
+            )
 
         return screen, seen
 
+    two = [{"u1": 0.5, "u2": 0.5}, {"u1": 0.5, "u2": 0.7}, {"u1": 0.625, "u2": 0.75}]
     with FakeOpenAIServer(reply=sampled) as server:
         evolver = PlaybookEvolver(client_for(server, tmp_path), candidates=3)
-        screen, seen = screen_with([0.5, 0.6, 0.7])  # current, then the two distinct candidates
+        screen, seen = screen_with(two)  # current, then the two distinct candidates
         step = evolver.propose(given({"writer": CORE}, cycle=0, screen=screen))
         # three sampled requests (distinct seeds), two distinct candidates after the merge
         assert [b["temperature"] for b in server.requests] == [0.8] * 3
         assert len({b["seed"] for b in server.requests}) == 3
     assert seen[0] == CORE and len(seen) == 3
+    # two training users cannot show an improvement: the better candidate is an exploration step
     assert step.prompts["writer"] == render_playbook(CORE, [("r1", "Note the user's job title.")])
-    assert step.changes["writer"][-1] == "replay screen 0.600, 0.700 vs current 0.500"
+    assert step.changes["writer"][-1] == (
+        "replay screen 0.600, 0.688 vs current 0.500: gate too few users; "
+        "taken as an exploration step (not shown better)"
+    )
     assert step.tokens == 3 * 15 + 3 * 100  # the reflector's and the screening's
+    (decision,) = step.decisions
+    assert decision["stage"] == "screen" and decision["verdict"] == "too few users"
+    assert decision["users"] == ["u1", "u2"] and decision["n"] == 2
+    assert decision["mean"] == pytest.approx((0.125 + 0.25) / 2)
+    assert decision["comparisons"] == 2 and decision["min_users"] == 7
+
+    # the same screen when only an improvement may pass: nothing is taken
+    rules = iter(
+        ["Keep dates exact in memory.", "Note the user's job title.", "Keep dates exact in memory."]
+    )
+    with FakeOpenAIServer(reply=sampled) as server:
+        evolver = PlaybookEvolver(
+            client_for(server, tmp_path / "strict"), candidates=3, screen_takes="improved"
+        )
+        screen, _ = screen_with(two)
+        step = evolver.propose(given({"writer": CORE}, cycle=0, screen=screen))
+    assert step.prompts == {"writer": CORE}
+    assert "gate too few users; no candidate taken" in step.errors["writer"]
+
+    # eight users all up for the second candidate: p = 2/256 <= 0.05/2, improved
+    users = [f"u{i}" for i in range(8)]
+    eight = [
+        dict.fromkeys(users, 0.5),
+        dict.fromkeys(users, 0.5),
+        {u: 0.5 + 0.125 * (1 + i % 2) for i, u in enumerate(users)},
+    ]
+    rules = iter(
+        ["Keep dates exact in memory.", "Note the user's job title.", "Keep dates exact in memory."]
+    )
+    with FakeOpenAIServer(reply=sampled) as server:
+        evolver = PlaybookEvolver(
+            client_for(server, tmp_path / "eight"), candidates=3, screen_takes="improved"
+        )
+        screen, _ = screen_with(eight)
+        step = evolver.propose(given({"writer": CORE}, cycle=0, screen=screen))
+    assert step.prompts["writer"] == render_playbook(CORE, [("r1", "Note the user's job title.")])
+    assert step.changes["writer"][-1].endswith("gate improved; taken (improved)")
+    assert step.decisions[0]["sign_flip_p"] == pytest.approx(2 / 256)
 
     rules = iter(
         ["Keep dates exact in memory.", "Note the user's job title.", "Note the user's job title."]
     )
     with FakeOpenAIServer(reply=sampled) as server:
         evolver = PlaybookEvolver(client_for(server, tmp_path / "other"), candidates=3)
-        screen, seen = screen_with([0.7, 0.6, 0.7])  # nothing beats the current prompt
+        screen, seen = screen_with([{"u1": 0.7}, {"u1": 0.6}, {"u1": 0.7}])  # none beats it
         step = evolver.propose(given({"writer": CORE}, cycle=0, screen=screen))
     assert step.prompts == {"writer": CORE}
     assert (
-        "no candidate beat the current prompt on replay (0.600, 0.700 vs 0.700)"
+        "replay screen 0.600, 0.700 vs current 0.700: gate too few users; no candidate taken"
         in step.errors["writer"]
     )
 
@@ -256,13 +306,14 @@ def test_evolve_with_the_playbook_selects_on_the_objective(tmp_path):
     # the same as the current prompt on replay, so none is taken
     assert prompts[0] == prompts[1]
     step = json.loads((outcome.run_dir / "cycle_00" / "evolve.json").read_text())
-    assert "no candidate beat the current prompt on replay" in step["errors"]["writer"]
+    assert "gate too few users; no candidate taken" in step["errors"]["writer"]
     screened = list((outcome.run_dir / "cycle_00" / "screen").iterdir())
     assert len(screened) == 2  # the current prompt and the one distinct candidate
     values = [c.score("val", "state_accuracy") for c in outcome.cycles]
-    best = max(range(2), key=lambda k: (values[k], -k))
-    assert outcome.selection.cycle == best and outcome.selection.rule == "best val_state_accuracy"
-    assert outcome.selection.val_objective == values[best]
+    # the same prompts in both cycles: the seed stands for the run, no gate asked
+    assert values[0] == values[1] and outcome.selection.cycle == 0
+    assert outcome.selection.rule == "the seed (no cycle beat it on val_state_accuracy)"
+    assert outcome.selection.val_objective == values[0] and outcome.selection.verdict is None
 
 
 def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evaluation(tmp_path):

@@ -297,6 +297,7 @@ def test_settings_are_recorded_in_the_run_spec_and_change_the_run(tmp_path, fake
             "max_words": 30,
             "max_tokens": 160,
             "feedback_chars": 6000,
+            "screen_takes": "explore",
         },
         "search": {"name": "episode"},
     }

@@ -97,6 +97,25 @@ def plugin_label(obj: Any) -> str:
     return name if isinstance(name, str) and name else type(obj).__name__
 
 
+def accepts_keyword(func: Any, name: str) -> bool:
+    """Whether `func` takes the keyword argument `name` (by name or through **kwargs).
+
+    A newer optional keyword of a contract (e.g. `Policy.answer(top_logprobs=)`) is passed to a
+    plug-in only when it takes it, so plug-ins written before it keep working.
+    """
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in params
+    )
+
+
 def call(obj: Any, method: str, *args: Any, where: str = "", **kwargs: Any) -> Any:
     """`obj.method(*args, **kwargs)`; a plug-in's exception becomes one line (a UserError).
 

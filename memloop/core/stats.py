@@ -21,6 +21,13 @@ no true effect (tests/test_core_stats.py), "the interval excludes 0" happened 8.
 at 16 users with 20% of them changed and 17.6% at 32 users with 10% changed, against the nominal
 5%; the t interval stays below 5% there, and so does the sign-flip test.
 
+The gate (`gate`, `GateResult`, `Verdict`) is the one decision rule of the optimizer loop: the
+replay screen, the choice of a cycle on validation users and the registry's `best` alias all ask
+it. From per-user differences it says `improved`, `degraded`, `inconclusive` or `too few users`
+(and, with a non-inferiority margin, `not worse`), deciding on the exact sign-flip test at
+ALPHA / (the number of candidates the one tested was chosen among). benchmarks/
+gate_calibration.py measures its false accepts and power at the sizes memloop ships.
+
 Power planning for a paired t test at two-sided alpha 0.05 (`users_needed`,
 `detectable_effect`): exact, from the noncentral t distribution, given the SD across users of
 the per-user difference.
@@ -28,9 +35,11 @@ the per-user difference.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 SMALL_N = 10  # below this many users, say that the interval is wide
 LEVEL = 0.95  # the interval's coverage
@@ -69,34 +78,46 @@ def t_interval(values: list[float], level: float = LEVEL) -> tuple[float, float]
     return mean - half, mean + half
 
 
-def sign_flip_p(diffs: list[float], *, draws: int = MONTE_CARLO_DRAWS, seed: int = 0) -> float:
-    """Two-sided sign-flip permutation p-value of the mean of `diffs` (H0: symmetric around 0).
+def sign_flip_p(
+    diffs: list[float],
+    *,
+    draws: int = MONTE_CARLO_DRAWS,
+    seed: int = 0,
+    alternative: Literal["two-sided", "greater"] = "two-sided",
+) -> float:
+    """Sign-flip permutation p-value of the mean of `diffs` (H0: symmetric around 0).
 
-    p = share of the sign patterns of the non-zero differences whose |sum| >= the observed |sum|
-    (the observed pattern counts). Exact enumeration of all 2^k patterns for k <= EXACT_MAX
-    non-zero differences; else `draws` random patterns from `seed`, p = (1 + hits) / (1 +
-    draws). No non-zero difference gives p = 1. E.g. [1, 1, 1]: 2 of the 8 patterns reach
-    |sum| = 3, p = 0.25.
+    Two-sided: p = share of the sign patterns of the non-zero differences whose |sum| >= the
+    observed |sum| (the observed pattern counts); `alternative="greater"`: the share whose sum >=
+    the observed sum. Exact enumeration of all 2^k patterns for k <= EXACT_MAX non-zero
+    differences; else `draws` random patterns from `seed`, p = (1 + hits) / (1 + draws). No
+    non-zero difference gives p = 1. E.g. [1, 1, 1]: 2 of the 8 patterns reach |sum| = 3, p =
+    0.25 (one-sided: 1 of 8, 0.125).
     """
     import numpy as np
 
     d = np.asarray([x for x in diffs if abs(x) > TIE], dtype=float)
     if d.size == 0:
         return 1.0
-    observed = abs(float(d.sum()))
+    two_sided = alternative == "two-sided"
+    observed = abs(float(d.sum())) if two_sided else float(d.sum())
     slack = TIE * max(1.0, float(np.abs(d).sum()))  # float sums of a tie may differ in the last bit
+
+    def reach(sums: Any) -> Any:
+        return (np.abs(sums) if two_sided else sums) >= observed - slack
+
     if d.size <= EXACT_MAX:
         sums = np.zeros(1)
         for x in d:  # every pattern's sum, doubling per difference: 2^k values
             sums = np.concatenate([sums + x, sums - x])
-        return float(np.mean(np.abs(sums) >= observed - slack))
+        return float(np.mean(reach(sums)))
     rng = np.random.default_rng(seed)
     hits, left = 0, draws
     chunk = max(1, 2_000_000 // d.size)
     while left:
         k = min(chunk, left)
         signs = rng.integers(0, 2, size=(k, d.size)) * 2 - 1
-        hits += int(np.sum(np.abs(signs @ d) >= observed - slack))
+        hits += int(np.sum(reach(signs @ d)))
         left -= k
     return (1 + hits) / (1 + draws)
 
@@ -261,3 +282,180 @@ def detectable_effect(
         high *= 2
     nc = optimize.brentq(short, 0.0, high, xtol=1e-10)
     return float(nc) * sd / math.sqrt(users)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unit_detectable(users: int, alpha: float) -> float:
+    """`detectable_effect` at SD 1: the effect scales with the SD, so the gate solves it once."""
+    return detectable_effect(users, 1.0, alpha=alpha)
+
+
+# ---------------------------------------------------------------- the gate
+
+
+class Verdict(StrEnum):
+    """What the gate concludes from per-user paired differences (candidate - baseline)."""
+
+    IMPROVED = "improved"
+    NOT_WORSE = "not worse"  # only with a non-inferiority margin
+    DEGRADED = "degraded"
+    INCONCLUSIVE = "inconclusive"
+    TOO_FEW = "too few users"
+
+
+def min_users(level: float) -> int:
+    """The fewest users whose exact two-sided sign-flip p can reach `level`.
+
+    With n users all moving one way, the smallest two-sided p is 2 / 2^n, so n must satisfy
+    2^(1-n) <= level: 6 users at 0.05, 7 at 0.05 / 3 (three candidates compared).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"the level must be in (0, 1) (got {level})")
+    return max(2, math.ceil(1 - math.log2(level) - 1e-12))
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One decision of the gate, with everything a reviewer needs to redo it.
+
+    `level`: the per-comparison significance level, ALPHA / `comparisons` (Bonferroni: a choice
+    among several candidates is tested at a level that keeps the whole choice at ALPHA);
+    `p`: the two-sided exact sign-flip p of the differences; `p_not_worse`: the one-sided p of
+    "the differences + margin are centred at or below 0" (None without a margin); `detectable`:
+    the smallest true mean difference these many users detect at POWER (paired t test at
+    `level`, with `sd`: the planning SD when given, else the observed one; None without either).
+    """
+
+    verdict: Verdict
+    paired: Paired
+    level: float
+    comparisons: int
+    min_users: int
+    margin: float | None = None
+    p_not_worse: float | None = None
+    sd: float | None = None
+    sd_source: str | None = None  # "planning" or "observed"
+    detectable: float | None = None
+
+    @property
+    def improved(self) -> bool:
+        return self.verdict is Verdict.IMPROVED
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored shape: the verdict, the paired numbers, the level and what it could detect."""
+        return {
+            "verdict": self.verdict.value,
+            **self.paired.to_dict(),
+            "method": "exact sign-flip test, two-sided"
+            + (", Bonferroni over " + str(self.comparisons) if self.comparisons > 1 else ""),
+            "level": self.level,
+            "comparisons": self.comparisons,
+            "min_users": self.min_users,
+            "margin": self.margin,
+            "p_not_worse": self.p_not_worse,
+            "sd": self.sd,
+            "sd_source": self.sd_source,
+            "detectable": self.detectable,
+        }
+
+    def __str__(self) -> str:
+        """`inconclusive: +0.050 [-0.10,+0.20] p=0.375 n=4 up/tied/down 2/1/1; detects 0.31`."""
+        text = f"{self.verdict.value}: {self.paired}"
+        if self.verdict is Verdict.TOO_FEW:
+            text += f" (a decision at level {self.level:.3g} needs {self.min_users})"
+        elif self.comparisons > 1:
+            text += f" (level {self.level:.3g}: {self.comparisons} candidates)"
+        if self.detectable is not None:
+            text += f"; detects {self.detectable:.2f}"
+        return text
+
+
+def gate(
+    diffs: list[float],
+    *,
+    comparisons: int = 1,
+    margin: float | None = None,
+    alpha: float = ALPHA,
+    sd: float | None = None,
+) -> GateResult:
+    """The one decision rule of memloop: is a candidate better than its baseline?
+
+    `diffs`: one paired difference per user (candidate - baseline, same users, same draws).
+    `comparisons`: how many candidates this one was chosen among (the level is alpha /
+    comparisons). `margin`: with a margin, a candidate that is not shown better can still be
+    shown `not worse` (its mean is above -margin: the one-sided sign-flip test of diffs +
+    margin at level / 2). `sd`: a planning SD for the detectable effect.
+
+    - `too few users`: fewer than `min_users(level)`: no outcome could reach the level;
+    - `improved` / `degraded`: the two-sided exact sign-flip p <= level, mean above / below 0;
+    - `not worse` (with a margin): not degraded, and the non-inferiority test passes;
+    - `inconclusive`: otherwise.
+    The sign-flip test is exact for any n and any share of ties (a t interval is reported beside
+    it, not decided on): under no effect the gate says `improved` at most level / 2 of the time.
+    """
+    if comparisons < 1:
+        raise ValueError(f"comparisons must be at least 1 (got {comparisons})")
+    if margin is not None and not (margin > 0 and math.isfinite(margin)):
+        raise ValueError(f"the non-inferiority margin must be a positive number (got {margin})")
+    level = alpha / comparisons
+    need = min_users(level)
+    paired = Paired.of_differences(list(diffs))
+    n = paired.n
+    observed_sd = None
+    if n >= 2:
+        mean = sum(diffs) / n
+        observed_sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    use_sd, source = (sd, "planning") if sd is not None else (observed_sd, "observed")
+    detectable = None
+    if use_sd is not None and use_sd > TIE and n >= 2:
+        detectable = _unit_detectable(n, level) * use_sd
+    p_not_worse = None
+    if margin is not None and n:
+        p_not_worse = sign_flip_p([d + margin for d in diffs], alternative="greater")
+    if n < need:
+        verdict = Verdict.TOO_FEW
+    elif paired.sign_flip_p is not None and paired.sign_flip_p <= level + TIE:
+        verdict = Verdict.IMPROVED if (paired.mean or 0) > 0 else Verdict.DEGRADED
+    elif p_not_worse is not None and p_not_worse <= level / 2 + TIE:
+        verdict = Verdict.NOT_WORSE
+    else:
+        verdict = Verdict.INCONCLUSIVE
+    return GateResult(
+        verdict=verdict,
+        paired=paired,
+        level=level,
+        comparisons=comparisons,
+        min_users=need,
+        margin=margin,
+        p_not_worse=p_not_worse,
+        sd=use_sd if use_sd is not None and use_sd > TIE else None,
+        sd_source=source if use_sd is not None and use_sd > TIE else None,
+        detectable=detectable,
+    )
+
+
+def gate_of(candidate: dict[str, float], baseline: dict[str, float], **options: Any) -> GateResult:
+    """`gate` of candidate - baseline over the users both have ({user: value} each)."""
+    return gate(list(paired_differences(candidate, baseline).values()), **options)
+
+
+def decision_text(decision: dict[str, Any]) -> str:
+    """A stored gate decision (`GateResult.to_dict()`) in one line.
+
+    `inconclusive, +0.050 [-0.10,+0.20] p=0.375 n=8 up/tied/down 2/5/1 (level 0.05);
+    detectable effect 0.31`.
+    """
+    mean = "n/a" if decision["mean"] is None else f"{decision['mean']:+.3f}"
+    t95 = decision.get("t95")
+    interval = "no interval" if t95 is None else f"[{t95[0]:+.2f},{t95[1]:+.2f}]"
+    text = (
+        f"{decision['verdict']}, {mean} {interval} p={format_p(decision['sign_flip_p'])} "
+        f"n={decision['n']} up/tied/down {decision['up']}/{decision['tied']}/{decision['down']} "
+        f"(level {decision['level']:.3g}"
+    )
+    if decision["verdict"] == Verdict.TOO_FEW.value:
+        text += f": needs {decision['min_users']} users"
+    text += ")"
+    if decision.get("detectable") is not None:
+        text += f"; detectable effect {decision['detectable']:.2f}"
+    return text

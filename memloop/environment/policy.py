@@ -38,6 +38,12 @@ class Policy(Protocol):
         raw and not yet written, no recent turns kept beside the memory. That makes the state
         accuracy a measure of what the memory writer stored. A policy whose memory is the
         conversation itself (the native LLM) answers as it would anyway.
+
+        Optional: a keyword `top_logprobs: int | None = None`. When it is given, answer with one
+        token and set the answer's `top_logprobs` to that token's alternatives [(token,
+        logprob)] (None when the model gives none): the letter read of the state queries
+        (`probes.state_read: letters`). A policy without the keyword is never passed it, and
+        gives no state_prob.
         """
 
     def memory_view(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from memloop.core.errors import UserError
-from memloop.core.plugins import call, checked_prompts, plugin_label
+from memloop.core.plugins import accepts_keyword, call, checked_prompts, plugin_label
 from memloop.llm.client import schema_problem
 
 
@@ -68,9 +68,17 @@ class GuardedPolicy:
         self._call("ingest", user_message, assistant_message)
 
     def answer(
-        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+        self,
+        prompt: str,
+        *,
+        schema: dict[str, Any] | None = None,
+        memory_only: bool = False,
+        top_logprobs: int | None = None,
     ) -> Any:
-        answer = self._call("answer", prompt, schema=schema, memory_only=memory_only)
+        extra: dict[str, Any] = {}
+        if top_logprobs and accepts_keyword(self.inner.answer, "top_logprobs"):
+            extra["top_logprobs"] = top_logprobs  # a plug-in without it answers without them
+        answer = self._call("answer", prompt, schema=schema, memory_only=memory_only, **extra)
         if not isinstance(getattr(answer, "text", None), str):
             self._bad("answer", f"{_described(answer)} (no text str)")
         memories = getattr(answer, "retrieved_memories", None)

@@ -21,7 +21,7 @@ from memloop.environment.episode import (
 )
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.calibration import checker_calibration
-from memloop.feedback.probes import Prober
+from memloop.feedback.probes import Prober, ProbeSettings
 from memloop.feedback.report import write_outputs
 from memloop.llm.client import ChatClient
 from memloop.llm.roles import RoleClients
@@ -64,6 +64,7 @@ def run_evaluation(
     plot: bool = True,
     label: str | None = None,
     group: str | None = None,
+    probes: ProbeSettings | None = None,
 ) -> EvaluationResult:
     """Episodes under `out_dir/episodes`; metrics.json, records.jsonl, per_period.png in `out_dir`.
 
@@ -72,7 +73,7 @@ def run_evaluation(
     progress bars.
     """
     out_dir = Path(out_dir)
-    prober = Prober(ub_client=clients.agent, checker_client=clients.checker)
+    prober = Prober(clients.agent, clients.checker, probes or ProbeSettings())
     episodes = run_episodes(
         items,
         policy_factory,
@@ -106,6 +107,7 @@ def run_evaluation_groups(
     progress: bool = True,
     plot: bool = True,
     label: str | None = None,
+    probes: ProbeSettings | None = None,
 ) -> dict[str, EvaluationResult]:
     """Several groups of users (e.g. training and held-out users) under one policy in one pass.
 
@@ -117,7 +119,7 @@ def run_evaluation_groups(
     everyone = [item for items in groups.values() for item in items]
     if len({item.id for item in everyone}) != len(everyone):
         raise ValueError("a user appears in more than one group (or twice in one)")
-    prober = Prober(ub_client=clients.agent, checker_client=clients.checker)
+    prober = Prober(clients.agent, clients.checker, probes or ProbeSettings())
     episodes = run_episodes(
         everyone,
         policy_factory,

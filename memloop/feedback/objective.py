@@ -17,6 +17,7 @@ class Objective(StrEnum):
     MEMORY_SCORE = "memory_score"
     STATE_ACCURACY = "state_accuracy"
     MEMORY_GAIN = "memory_gain"
+    STATE_PROB = "state_prob"  # the letter read's mean P(true value) (probes.state_read: letters)
 
     @classmethod
     def default_for(cls, agent_is_local: bool) -> Objective:
@@ -36,6 +37,8 @@ class Objective(StrEnum):
         """This measure of a `feedback.scoring` Scores object (None where undefined)."""
         if self is Objective.STATE_ACCURACY:
             return scores.state.accuracy  # type: ignore[attr-defined]
+        if self is Objective.STATE_PROB:
+            return scores.state.prob  # type: ignore[attr-defined]
         return getattr(scores, self.value)
 
 

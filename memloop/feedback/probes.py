@@ -14,13 +14,17 @@ depend on the period, so each question costs one such call per user.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from memloop.core.plugins import accepts_keyword
 from memloop.environment.data import UserItem
 from memloop.environment.episode import PeriodRecord
 from memloop.environment.policy import Policy
-from memloop.feedback.records import PeriodRecall, QuestionRecord, RecallClaim
+from memloop.feedback.records import PeriodRecall, QuestionRecord, RecallClaim, StateRead
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import UsageTracker
 
@@ -59,6 +63,126 @@ Which of these answers fits me best?
 {options}
 
 Reply with a JSON object {{"answer": <number of the best option>}}."""
+
+STATE_LETTER_PROMPT = (
+    "From everything I have told you so far, which option is closest to my current {point} "
+    "as things are now?\n"
+    "{options}\n"
+    "\n"
+    "Answer with the letter of one option only."
+)
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+TOP_LOGPROBS = 20  # alternatives asked for the letter token (OpenAI's maximum)
+
+
+class ProbeSettings(BaseModel):
+    """How the state queries read memory (`probes:` in an eval, evolve or tune YAML).
+
+    - `state_read: json` (the default): one query per question for its required variables, a
+      JSON object of values; 0/1 scores only.
+    - `state_read: letters`: one query per variable, its values as lettered options, answered
+      with one token whose top alternatives' log-probabilities give each option's probability
+      (renormalized over the option letters): `state_prob` (the mean P(true value)) beside the
+      0/1 `state_accuracy` (the most probable option).
+    - `state_probes: all` (letters only): every variable of the user's state is read each period,
+      not only those the period's questions need: more pairs per user for one call each.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    state_read: Literal["json", "letters"] = "json"
+    state_probes: Literal["questions", "all"] = "questions"
+
+    @model_validator(mode="after")
+    def _all_needs_letters(self) -> ProbeSettings:
+        if self.state_probes == "all" and self.state_read != "letters":
+            raise ValueError("state_probes: all needs state_read: letters")
+        return self
+
+    def spec(self) -> dict[str, str] | None:
+        """What a run's identity records: None for the defaults (the keys of older runs stay)."""
+        return None if self == ProbeSettings() else self.model_dump()
+
+
+def option_probabilities(
+    top: list[tuple[str, float]] | None, n: int
+) -> tuple[list[float] | None, float | None, str | None]:
+    """(P of each of the `n` option letters, the letters' share of the top mass, why None).
+
+    From one token's top alternatives [(token, logprob)]: a token that is an option letter
+    (after stripping spaces, e.g. "B" or " B") adds its probability to that option; the sum is
+    renormalized over the letters. A letter not among the alternatives gets 0.
+    """
+    if top is None:
+        return None, None, "the endpoint returned no log-probabilities"
+    letters = LETTERS[:n]
+    mass = [0.0] * n
+    total = 0.0
+    for token, logprob in top:
+        p = math.exp(logprob)
+        total += p
+        key = token.strip()
+        if len(key) == 1 and key in letters:
+            mass[letters.index(key)] += p
+    found = sum(mass)
+    if found <= 0:
+        return None, 0.0, f"no option letter among the top {len(top)} tokens"
+    return [m / found for m in mass], (found / total if total > 0 else None), None
+
+
+def read_variable(item: UserItem, period: int, variable: str, policy: Policy) -> StateRead:
+    """The letter read of one variable from written memory (`state_read: letters`)."""
+    choices = list(item.state_schema[variable])
+    options = "\n".join(f"{LETTERS[i]}. {words(c)}" for i, c in enumerate(choices))
+    prompt = STATE_LETTER_PROMPT.format(point=words(variable), options=options)
+    read = StateRead(
+        user_id=item.id,
+        period=period,
+        variable=variable,
+        true_value=item.state_at(period)[variable],
+        choices=choices,
+        write_period=item.last_set_period(variable, period),
+    )
+    if accepts_keyword(policy.answer, "top_logprobs"):
+        # an optional keyword of the contract (environment/policy.py): passed when taken
+        answer = policy.answer(prompt, memory_only=True, top_logprobs=TOP_LOGPROBS)  # type: ignore[call-arg]
+        top = getattr(answer, "top_logprobs", None)
+        probs, read.letter_mass, read.error = option_probabilities(top, len(choices))
+    else:
+        answer = policy.answer(prompt, memory_only=True)
+        probs, read.error = None, f"policy {policy.name}'s answer takes no top_logprobs"
+    read.text = answer.text[:40]
+    if probs is not None:
+        read.probs = probs
+        best = max(range(len(choices)), key=lambda i: (probs[i], -i))
+        read.picked = choices[best]
+        read.prob_true = probs[choices.index(read.true_value)]
+    else:
+        first = answer.text.strip()[:1]
+        if first and first in LETTERS[: len(choices)]:
+            read.picked = choices[LETTERS.index(first)]
+    return read
+
+
+def read_state(
+    item: UserItem, period: int, policy: Policy, settings: ProbeSettings
+) -> list[StateRead]:
+    """The period's letter reads: the questions' variables, or every variable (`all`)."""
+    if settings.state_probes == "all":
+        variables = sorted(item.state_schema)
+    else:
+        variables = list(dict.fromkeys(v for qa in item.qas for v in qa.required_info))
+    return [read_variable(item, period, v, policy) for v in variables]
+
+
+def fill_from_reads(record: QuestionRecord, reads: list[StateRead]) -> None:
+    """A question's state answers and probabilities from the period's letter reads."""
+    by_variable = {r.variable: r for r in reads}
+    record.state_answers = {v: by_variable[v].picked for v in record.required_info}
+    record.state_probs = {v: by_variable[v].prob_true for v in record.required_info}
+    errors = [by_variable[v].error for v in record.required_info if by_variable[v].picked is None]
+    record.state_json_error = next((e for e in errors if e), None) if errors else None
+
 
 RECALL_SYSTEM = "You check claims about a person against notes kept about them."
 RECALL_PROMPT = (
@@ -171,17 +295,35 @@ def ask_state(item: UserItem, q: int, policy: Policy, record: QuestionRecord) ->
 NOT_ASKED = "not asked: a state-only screening"
 
 
+@dataclass
 class StateProber:
     """A probe hook asking the state queries only, for cheap screening by replay.
 
     No multiple choice, upper bound, no-memory or recall call: each question's state query, as the
-    evaluation asks it (optimize/replay_score.py). Its records leave the multiple-choice fields
-    unanswered (`json_error` says why); they are never scored as an evaluation.
+    evaluation asks it (optimize/replay_score.py), read as `settings` say. Its records leave the
+    multiple-choice fields unanswered (`json_error` says why); they are never scored as an
+    evaluation.
     """
+
+    settings: ProbeSettings = field(default_factory=ProbeSettings)
 
     def __call__(
         self, item: UserItem, period: int, policy: Policy, record: PeriodRecord
     ) -> dict[str, Any]:
+        if self.settings.state_read == "letters":
+            reads = read_state(item, period, policy, self.settings)
+            questions = []
+            for q in range(len(item.qas)):
+                rec = base_record(item, period, q)
+                rec.json_error = NOT_ASKED
+                fill_from_reads(rec, reads)
+                questions.append(rec.model_dump(mode="json"))
+            return {
+                "questions": questions,
+                "state_reads": [r.model_dump(mode="json") for r in reads],
+                "memory_view": policy.memory_view(),
+                "unwritten_messages": policy.unwritten_messages(),
+            }
         # one query per question, as the evaluation asks it: one query for all of a period's
         # variables costs a third fewer tokens but, on the embedded 0.5B model, answered 0.47
         # where the evaluation's queries answered 0.64 (benchmarks/README.md): a screen that
@@ -209,19 +351,23 @@ class Prober:
 
     ub_client: ChatClient
     checker_client: ChatClient | None = None
+    settings: ProbeSettings = field(default_factory=ProbeSettings)
 
     def for_user(self, usage: UsageTracker) -> Prober:
         """The same prober counting its model calls in `usage` (one user's tracker)."""
         return Prober(
             self.ub_client.fork(usage),
             None if self.checker_client is None else self.checker_client.fork(usage),
+            self.settings,
         )
 
     def __call__(
         self, item: UserItem, period: int, policy: Policy, record: PeriodRecord
     ) -> dict[str, Any]:
+        letters = self.settings.state_read == "letters"
+        reads = read_state(item, period, policy, self.settings) if letters else None
         questions = [
-            self.question(item, period, q, policy).model_dump(mode="json")
+            self.question(item, period, q, policy, reads).model_dump(mode="json")
             for q in range(len(item.qas))
         ]
         memory = policy.memory_view()
@@ -231,11 +377,20 @@ class Prober:
             # which revealed values memory could hold at probe time (feedback.exposure)
             "unwritten_messages": policy.unwritten_messages(),
         }
+        if reads is not None:
+            out["state_reads"] = [r.model_dump(mode="json") for r in reads]
         if self.checker_client is not None:
             out["recall"] = self.recall(item, period, memory).model_dump(mode="json")
         return out
 
-    def question(self, item: UserItem, period: int, q: int, policy: Policy) -> QuestionRecord:
+    def question(
+        self,
+        item: UserItem,
+        period: int,
+        q: int,
+        policy: Policy,
+        reads: list[StateRead] | None = None,
+    ) -> QuestionRecord:
         qa = item.qas[q]
         choices = [c.answer for c in qa.answer_choices]
         record = base_record(item, period, q)
@@ -249,7 +404,10 @@ class Prober:
         if record.chosen_index is None:
             record.json_error = mc.json_error or f"answer out of range: {mc.text[:80]!r}"
 
-        ask_state(item, q, policy, record)
+        if reads is None:
+            ask_state(item, q, policy, record)
+        else:  # the letter reads of the period answer every question's variables
+            fill_from_reads(record, reads)
 
         facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in record.true_values.items())
         options = _options(choices)

@@ -37,6 +37,8 @@ class QuestionRecord(BaseModel):
     # the state query: the policy's belief of each required variable's current value
     state_answers: dict[str, str | None] = Field(default_factory=dict)
     state_json_error: str | None = None
+    # with the letter read: P(true value) per required variable (None: no probability)
+    state_probs: dict[str, float | None] = Field(default_factory=dict)
     # the upper bound: the policy's LLM handed the true required values, for this question
     ub_chosen_index: int | None = None
     ub_json_error: str | None = None
@@ -45,6 +47,17 @@ class QuestionRecord(BaseModel):
     # the no-memory control: the policy's LLM with no conversation, no memory and no facts
     nm_chosen_index: int | None = None
     nm_json_error: str | None = None
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """The record's fields; `state_probs` only when set (the letter read).
+
+        So the records of the JSON read stay the ones older runs wrote
+        (tests/test_same_records.py).
+        """
+        data = super().model_dump(**kwargs)
+        if not self.state_probs:
+            data.pop("state_probs", None)
+        return data
 
     @property
     def n_choices(self) -> int:
@@ -69,6 +82,40 @@ class QuestionRecord(BaseModel):
 
     def variable_right(self, variable: str) -> bool:
         return self.state_answers.get(variable) == self.true_values[variable]
+
+
+class StateRead(BaseModel):
+    """One state variable read from written memory by the letter read (`state_read: letters`).
+
+    The policy answered one token to a question listing the variable's values as lettered
+    options; `probs` are the option letters' probabilities among that token's top alternatives,
+    renormalized over the letters (feedback/probes.py `option_probabilities`), in the order of
+    `choices`. `picked` is the most probable option (or, without probabilities, the letter the
+    text starts with); `prob_true` the probability of the true value. `error` says why a field
+    is None.
+    """
+
+    user_id: str
+    period: int
+    variable: str
+    true_value: str
+    choices: list[str]
+    write_period: int  # the period the true value was set in
+    picked: str | None = None
+    probs: list[float] | None = None
+    prob_true: float | None = None
+    letter_mass: float | None = None  # the top alternatives' probability on option letters
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def right(self) -> bool:
+        return self.picked is not None and self.picked == self.true_value
+
+
+def state_reads(probes: dict[str, Any]) -> list[StateRead]:
+    """The letter reads of one period's probes ([] for the JSON state query)."""
+    return [StateRead.model_validate(r) for r in probes.get("state_reads", [])]
 
 
 class RecallClaim(BaseModel):

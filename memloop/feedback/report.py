@@ -28,8 +28,10 @@ from memloop.feedback.records import (
     SCORER_VERSION,
     PeriodRecall,
     QuestionRecord,
+    StateRead,
     period_recall,
     question_records,
+    state_reads,
 )
 from memloop.feedback.scoring import (
     SCORING_WARNINGS,
@@ -60,6 +62,11 @@ def collect(period_records: Iterable[PeriodRecord]):
     return questions, recalls
 
 
+def collect_reads(period_records: Iterable[PeriodRecord]) -> list[StateRead]:
+    """The letter reads of finished periods ([] when the state queries were JSON)."""
+    return [read for rec in period_records for read in state_reads(rec.probes)]
+
+
 def score_fields(s: Scores) -> dict[str, Any]:
     """A Scores as the flat metrics.json keys (one naming for every group: run, period, user)."""
     return {
@@ -78,6 +85,8 @@ def score_fields(s: Scores) -> dict[str, Any]:
         "state_chance": s.state.chance,
         "state_score": s.state.score,
         "state_pairs": s.state.pairs,
+        "state_prob": s.state.prob,
+        "state_prob_pairs": s.state.prob_pairs,
         "json_errors": s.json_errors,
         "diagnosis": s.diagnosis.model_dump(),
     }
@@ -91,14 +100,16 @@ def build_metrics(
     `calibration` is the run's `checker_calibration` (None: no checker was measured); a checker
     failing it nulls every factual-recall figure (`with_calibration`).
     """
+    period_records = list(period_records)
     questions, recalls = collect(period_records)
+    reads = collect_reads(period_records)
     with warnings.catch_warnings(record=True) as caught:
         for category in SCORING_WARNINGS:
             warnings.simplefilter("always", category)
-        total = score(questions)
+        total = score(questions, reads=reads)
     usage = usage_by_component(period_records)
     per_period = []
-    for p, s in score_by_period(questions).items():
+    for p, s in score_by_period(questions, reads).items():
         mine = [r for r in recalls if r.period == p]
         per_period.append(
             {
@@ -114,11 +125,12 @@ def build_metrics(
         "users": len({q.user_id for q in questions}),
         "periods": len({q.period for q in questions}),
         **score_fields(total),
+        "state_prob_null_reason": total.state.prob_null_reason,
         "factual_recall": factual_recall(recalls),
         "factual_recall_per_period": period_factual_recall(recalls),
         **exposure_fields(period_records),
         "per_period": per_period,
-        "per_user": _per_user(questions, recalls),
+        "per_user": _per_user(questions, recalls, reads=reads),
         "usage": dict(sorted(usage.items())),
         "usage_cached": dict(sorted(usage_by_component(period_records, "cached_tokens").items())),
         "cost_usd": cost_by_component(period_records),
@@ -187,12 +199,13 @@ def _per_user(
     questions: list[QuestionRecord],
     recalls: list[PeriodRecall],
     lookup: dict[tuple[str, int, int], QuestionRecord] | None = None,
+    reads: list[StateRead] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per user: the numbers paired comparisons take differences of (same users, same draws)."""
     out = {}
     for uid in sorted({q.user_id for q in questions}):
         mine = [q for q in questions if q.user_id == uid]
-        s = quiet_score(mine, lookup)
+        s = quiet_score(mine, lookup, [r for r in reads or [] if r.user_id == uid])
         out[uid] = {
             "memory_score": s.memory_score,
             "overall": s.overall,
@@ -200,6 +213,7 @@ def _per_user(
             "memory_gain": s.memory_gain,
             "state_accuracy": s.state.accuracy,
             "state_score": s.state.score,
+            "state_prob": s.state.prob,
             "factual_recall": factual_recall(r for r in recalls if r.user_id == uid),
         }
     return out
@@ -218,7 +232,8 @@ def period_metrics(
     lookup = index_records(questions)
     mine = [q for q in questions if q.period == period]
     mine_recalls = [r for r in recalls if r.period == period]
-    s = quiet_score(mine, lookup)
+    mine_reads = [r for r in collect_reads(history) if r.period == period]
+    s = quiet_score(mine, lookup, mine_reads)
     usage = usage_by_component(rec for rec in history if rec.period == period)
     cost = cost_by_component(rec for rec in history if rec.period == period)
     out = {
@@ -228,7 +243,7 @@ def period_metrics(
         "factual_recall": factual_recall(mine_recalls),
         "factual_recall_per_period": period_factual_recall(mine_recalls),
         **exposure_fields(history, period),
-        "per_user": _per_user(mine, mine_recalls, lookup),
+        "per_user": _per_user(mine, mine_recalls, lookup, mine_reads),
         "usage": dict(sorted(usage.items())),
         "cost_usd": cost,
     }
@@ -316,6 +331,16 @@ def plot_per_period(metrics: dict[str, Any], path: Path, title: str | None = Non
     ax1.plot(
         periods, [r["state_accuracy"] for r in rows], "d-", color="tab:purple", label="state acc."
     )
+    probs = [(p, r.get("state_prob")) for p, r in zip(periods, rows, strict=True)]
+    if any(v is not None for _, v in probs):  # the letter read: P(true value), its own line
+        shown = [(p, v) for p, v in probs if v is not None]
+        ax1.plot(
+            [p for p, _ in shown],
+            [v for _, v in shown],
+            "d--",
+            color="tab:pink",
+            label="state prob.",
+        )
     ax1.set(xlabel="period", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
     ax1.legend(fontsize=8)
     ms = [
@@ -360,7 +385,11 @@ def format_metrics(metrics: dict[str, Any], fmt: str = "table", *, first: str | 
     """
     import textwrap
 
-    scores = objective_first(SCORE_COLUMNS, first)
+    columns: tuple[str, ...] = SCORE_COLUMNS
+    if metrics.get("state_prob") is not None:  # the letter read: its probability beside it
+        at = columns.index("state_accuracy") + 1
+        columns = (*columns[:at], "state_prob", *columns[at:])
+    scores = objective_first(columns, first)
 
     def row(label: Any, m: dict[str, Any], diagnosis: bool = True) -> list[Any]:
         values = [label, *(m[k] for k in scores)]

@@ -13,7 +13,9 @@ Definitions (docs/experiments.md "What the numbers mean"; SCORER_VERSION 3):
   2-3 questions per cell: simulated at a true 0.43 (12 users x 4 periods x 3 questions), the cell
   mean averages 0.78, the mean of per-period ratios 0.49, the ratio over all questions 0.45
   (tests/test_feedback_scoring.py);
-- state accuracy = share of (question, required variable) state-query answers equal to the truth;
+- state accuracy = share of (question, required variable) state-query answers equal to the truth
+  (with the letter read: of the (period, variable) reads); state_prob = the mean probability the
+  letter read gave the true value (probes.py `option_probabilities`); none for the JSON read;
   state_chance = mean of 1/#values of those variables; state_score = (accuracy - chance) /
   (1 - chance). It measures memory without the multiple-choice reasoning step;
 - every wrong answer is exactly one of: format (the answer did not parse: never blamed on
@@ -33,7 +35,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from memloop.feedback.records import PeriodRecall, QuestionRecord
+from memloop.feedback.records import PeriodRecall, QuestionRecord, StateRead
 
 Failure = Literal["format", "write", "read", "utilization"]
 FAILURES: tuple[Failure, ...] = ("format", "write", "read", "utilization")
@@ -94,12 +96,21 @@ class Diagnosis(BaseModel):
 
 
 class StateAccuracy(BaseModel):
-    """The state query scored: memory itself, without the multiple-choice reasoning step."""
+    """The state query scored: memory itself, without the multiple-choice reasoning step.
 
-    pairs: int  # (question, required variable) answers
+    With the letter read (`probes.state_read: letters`) the pairs are (period, variable) reads and
+    `prob` is the mean probability the read gave the true value over the `prob_pairs` reads that
+    have one; without (the JSON read, or an endpoint giving no log-probabilities) `prob` is None
+    and `prob_null_reason` says why. Never a stand-in.
+    """
+
+    pairs: int  # (question, required variable) answers, or (period, variable) letter reads
     accuracy: float
     chance: float | None  # None when the number of values is unknown (old records)
     score: float | None  # (accuracy - chance) / (1 - chance)
+    prob: float | None = None
+    prob_pairs: int = 0
+    prob_null_reason: str | None = None
 
 
 class Scores(BaseModel):
@@ -149,10 +160,20 @@ def cell_mean_memory_score(records: list[QuestionRecord]) -> tuple[float | None,
     return (mean(defined) if defined else None), len(values) - len(defined)
 
 
-def state_accuracy(records: list[QuestionRecord]) -> StateAccuracy:
+JSON_READ = "the JSON state query gives no probabilities (probes: {state_read: letters} does)"
+
+
+def state_accuracy(
+    records: list[QuestionRecord], reads: list[StateRead] | None = None
+) -> StateAccuracy:
+    """The state pairs scored: the letter `reads` when there are any, else the questions' pairs."""
+    if reads:
+        return _read_accuracy(reads)
     pairs = [(r, v) for r in records for v in r.required_info]
     if not pairs:
-        return StateAccuracy(pairs=0, accuracy=0.0, chance=None, score=None)
+        return StateAccuracy(
+            pairs=0, accuracy=0.0, chance=None, score=None, prob_null_reason=JSON_READ
+        )
     accuracy = mean(r.variable_right(v) for r, v in pairs)
     chance: float | None = None
     score: float | None = None
@@ -160,7 +181,32 @@ def state_accuracy(records: list[QuestionRecord]) -> StateAccuracy:
         chance = mean(1.0 / r.state_choices[v] for r, v in pairs)
         if chance < 1.0 - 1e-12:
             score = (accuracy - chance) / (1.0 - chance)
-    return StateAccuracy(pairs=len(pairs), accuracy=accuracy, chance=chance, score=score)
+    return StateAccuracy(
+        pairs=len(pairs),
+        accuracy=accuracy,
+        chance=chance,
+        score=score,
+        prob_null_reason=JSON_READ,
+    )
+
+
+def _read_accuracy(reads: list[StateRead]) -> StateAccuracy:
+    accuracy = mean(r.right for r in reads)
+    chance = mean(1.0 / len(r.choices) for r in reads)
+    score = (accuracy - chance) / (1.0 - chance) if chance < 1.0 - 1e-12 else None
+    probs = [r.prob_true for r in reads if r.prob_true is not None]
+    reason = None
+    if not probs:
+        reason = next((r.error for r in reads if r.error), "no read gave probabilities")
+    return StateAccuracy(
+        pairs=len(reads),
+        accuracy=accuracy,
+        chance=chance,
+        score=score,
+        prob=mean(probs) if probs else None,
+        prob_pairs=len(probs),
+        prob_null_reason=reason,
+    )
 
 
 def no_memory_excess(records: list[QuestionRecord]) -> float:
@@ -178,10 +224,12 @@ def no_memory_excess(records: list[QuestionRecord]) -> float:
 def score(
     records: list[QuestionRecord],
     all_records: dict[tuple[str, int, int], QuestionRecord] | None = None,
+    reads: list[StateRead] | None = None,
 ) -> Scores:
     """Scores of `records`.
 
-    `all_records` (defaults to these) supplies state queries at write time for the diagnosis.
+    `all_records` (defaults to these) supplies state queries at write time for the diagnosis;
+    `reads`: the letter reads of the same users and periods (state accuracy and state_prob).
     """
     if not records:
         raise ValueError("no records to score")
@@ -236,7 +284,7 @@ def score(
         memory_score_cell_mean=cell_mean,
         memory_score_cells_undefined=cells_undefined,
         questions_per_period=per_period,
-        state=state_accuracy(records),
+        state=state_accuracy(records, reads),
         json_errors=sum(1 for r in records if r.json_error is not None),
         diagnosis=Diagnosis(**{k: v / n for k, v in counts.items()}),
     )
@@ -248,18 +296,24 @@ SCORING_WARNINGS = (MemoryScoreUndefined, MemoryScoreUnstable, NoMemoryAboveRand
 def quiet_score(
     records: list[QuestionRecord],
     all_records: dict[tuple[str, int, int], QuestionRecord] | None = None,
+    reads: list[StateRead] | None = None,
 ) -> Scores:
     """`score` without its warnings (for parts of a run whose warnings are reported as a whole)."""
     with warnings.catch_warnings():
         for category in SCORING_WARNINGS:
             warnings.simplefilter("ignore", category)
-        return score(records, all_records)
+        return score(records, all_records, reads)
 
 
-def score_by_period(records: list[QuestionRecord]) -> dict[int, Scores]:
+def score_by_period(
+    records: list[QuestionRecord], reads: list[StateRead] | None = None
+) -> dict[int, Scores]:
     lookup = index_records(records)
     # warnings are reported once, for the whole run
-    return {p: quiet_score(rs, lookup) for p, rs in by_period(records).items()}
+    return {
+        p: quiet_score(rs, lookup, [r for r in reads or [] if r.period == p])
+        for p, rs in by_period(records).items()
+    }
 
 
 def _supported_share(claims: list) -> float | None:

@@ -73,10 +73,42 @@ class ChatResult:
     latency_s: float = 0.0
     parsed: Any = None
     json_error: str | None = None
+    # with `top_logprobs` asked: per generated token, its top alternatives [(token, logprob)];
+    # None when not asked or when the endpoint returned none
+    top_logprobs: list[list[tuple[str, float]]] | None = None
 
     @property
     def ok(self) -> bool:
         return self.json_error is None
+
+
+def _result_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """ChatResult's fields from a `_send` answer or a cached one (old entries lack some keys)."""
+    top = raw.get("top_logprobs")
+    return {
+        "text": raw["text"],
+        "model": raw["model"],
+        "prompt_tokens": raw["prompt_tokens"],
+        "completion_tokens": raw["completion_tokens"],
+        "finish_reason": raw.get("finish_reason"),
+        "latency_s": raw.get("latency_s", 0.0),
+        "top_logprobs": None if top is None else [[(t, float(lp)) for t, lp in pos] for pos in top],
+    }
+
+
+def _top_logprobs(choice: dict[str, Any]) -> list[list[list[Any]]] | None:
+    """Per generated token its top alternatives [[token, logprob], ...] (OpenAI's `logprobs`).
+
+    None when the endpoint returned no log-probabilities.
+    """
+    content = (choice.get("logprobs") or {}).get("content")
+    if not content:
+        return None
+    out = []
+    for position in content:
+        top = position.get("top_logprobs") or []
+        out.append([[str(t.get("token", "")), float(t["logprob"])] for t in top if "logprob" in t])
+    return out
 
 
 class LocalServer(Protocol):
@@ -313,18 +345,24 @@ class ChatClient:
         stop: list[str] | None = None,
         use_cache: bool = True,
         refresh: bool = False,
+        top_logprobs: int | None = None,
     ) -> ChatResult:
         """One chat completion.
 
         `sample` distinguishes repeated draws of the same request; `refresh` asks the endpoint even
         on a cache hit (and stores the new answer). Every answer enters the response cache but a
-        complete one that breaks `schema` (see `cacheable`).
+        complete one that breaks `schema` (see `cacheable`). `top_logprobs`: ask for that many
+        alternatives of each generated token with their log-probabilities (`result.top_logprobs`;
+        None when the endpoint gives none).
         """
         params: dict[str, Any] = {
             "temperature": self.endpoint.temperature if temperature is None else temperature,
             "max_tokens": self.endpoint.max_tokens if max_tokens is None else max_tokens,
             "stop": stop,
         }
+        if top_logprobs:  # only when asked: the cache keys of other calls stay
+            params["logprobs"] = True
+            params["top_logprobs"] = top_logprobs
         if self.endpoint.extra_body:  # only when set: the cache keys of other calls stay
             params["extra_body"] = self.endpoint.extra_body
         if schema is not None:
@@ -361,17 +399,9 @@ class ChatClient:
                     hit["prompt_tokens"],
                     hit["completion_tokens"],
                 )
-                return self._finish(ChatResult(cached=True, **hit), schema)
+                return self._finish(ChatResult(cached=True, **_result_fields(hit)), schema)
         raw = self._send(messages, params, component)
-        result = ChatResult(
-            text=raw["text"],
-            cached=False,
-            model=raw["model"],
-            prompt_tokens=raw["prompt_tokens"],
-            completion_tokens=raw["completion_tokens"],
-            finish_reason=raw["finish_reason"],
-            latency_s=raw["latency_s"],
-        )
+        result = ChatResult(cached=False, **_result_fields(raw))
         self.usage.record(
             component,
             prompt_tokens=result.prompt_tokens,
@@ -537,7 +567,7 @@ class ChatClient:
             usage.get("completion_tokens") or 0,
             completion.get("timings"),
         )
-        return {
+        out = {
             "text": (choice.get("message") or {}).get("content") or "",
             "model": completion.get("model") or self.api_model_name,
             "prompt_tokens": usage.get("prompt_tokens") or 0,
@@ -545,6 +575,9 @@ class ChatClient:
             "finish_reason": choice.get("finish_reason"),
             "latency_s": latency,
         }
+        if params.get("top_logprobs"):
+            out["top_logprobs"] = _top_logprobs(choice)
+        return out
 
     def _backoff(self, attempt: int, error: Exception) -> float:
         retry_after = None

@@ -33,6 +33,7 @@ import difflib
 import json
 import statistics
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,14 @@ from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_
 
 HEADLINE_SPLIT = "test"
 PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain", "factual_recall")
+# with the letter read (probes.state_read: letters) also state_prob, after state accuracy
+PROB_METRICS = ("memory_score", "state_accuracy", "state_prob", "memory_gain", "factual_recall")
+
+
+def shown_metrics(rows: list[RunRow]) -> tuple[str, ...]:
+    """The metrics compare's tables show: state_prob only when a run of `rows` has it."""
+    has_prob = any(r.per_user.get("state_prob") for r in rows)
+    return PROB_METRICS if has_prob else PAIRED_METRICS
 
 
 @dataclass
@@ -95,6 +104,7 @@ class RunRow:
     settings_short: str = ""  # the same, values only (plot legends)
     is_baseline: bool = False  # a run of its group's baseline condition
     objective: str = LEGACY_OBJECTIVE.value  # what its cycle was selected on (validation users)
+    state_prob: float | None = None  # the letter read's mean P(true value); None: no letter read
 
     @property
     def same_prompt_as_first(self) -> bool:
@@ -201,7 +211,8 @@ def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
         tokens=sum(sum(r.tokens.values()) for r in records),
         cost_usd=add_costs(*(sum(r.cost_usd.values()) for r in records if r.cost_usd)),
         scorer_version=chosen.scorer_version if chosen else SCORER_VERSION,
-        per_user={m: user_scores(chosen, split, m) for m in PAIRED_METRICS} if chosen else {},
+        per_user={m: user_scores(chosen, split, m) for m in PROB_METRICS} if chosen else {},
+        state_prob=result.state_prob if result else None,
         repeat=int(tags.get("memloop.repeat", "0")),
         like=tags.get(LIKE_TAG),
         spec=spec_from_params(run.data.params),
@@ -241,7 +252,7 @@ def pair_with_baseline(rows: list[RunRow], baselines: list[RunRow]) -> None:
         base = by_repeat.get(r.repeat) or by_repeat[min(by_repeat)]
         r.baseline = base
         r.vs_baseline = {
-            m: Paired.of(r.per_user.get(m, {}), base.per_user.get(m, {})) for m in PAIRED_METRICS
+            m: Paired.of(r.per_user.get(m, {}), base.per_user.get(m, {})) for m in PROB_METRICS
         }
 
 
@@ -440,6 +451,7 @@ def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
 _ROW_FIELD = {
     "memory_score": "selected",
     "state_accuracy": "state_accuracy",
+    "state_prob": "state_prob",
     "memory_gain": "memory_gain",
     "factual_recall": "factual_recall",
 }
@@ -542,8 +554,8 @@ def _metric_rows(
         return [[*lead, "all", *_same_prompt_columns()]]
     return [
         [*lead, metric_column(m), *_paired_columns(paired[m])]
-        for m in objective_first(PAIRED_METRICS, objective)
-        if m in paired
+        for m in objective_first(PROB_METRICS, objective)
+        if m in paired and (m != "state_prob" or paired[m].n)
     ]
 
 
@@ -642,7 +654,7 @@ def _group_blocks(
     rows = group.rows
     objective = shared_objective(rows)
     number = number if several else None
-    metrics = objective_first(PAIRED_METRICS, objective)
+    metrics = objective_first(shown_metrics(rows), objective)
     splits = {r.split for r in rows}
     on = f"the {next(iter(splits))} users" if len(splits) == 1 else "the users shown"
 
@@ -683,6 +695,7 @@ def _group_blocks(
             "lrr" + ("rl" if objective is None else "") + "r" * (len(metrics) + 1 + priced),
             number,
         ),
+        *_gate_lines(rows, name),
         "",
         Table(
             f"within each run: the selected prompt minus cycle 0's on the same users ({named}):",
@@ -711,6 +724,11 @@ def _group_blocks(
         for r in paired:
             lead = [name(r, r.condition)]
             table += _metric_rows(lead, r.vs_baseline, r.same_prompt_as_baseline, objective)
+        verdicts = [
+            f"  {name(r, r.condition)}: {_verdict_text(r, objective)}"
+            for r in paired
+            if not r.same_prompt_as_baseline
+        ]
         blocks += [
             "",
             Table(
@@ -723,11 +741,46 @@ def _group_blocks(
                 number,
             ),
         ]
+        if verdicts:
+            blocks += [
+                "",
+                "the gate on each run's objective, condition - baseline on these users "
+                "(core/stats.py: exact sign-flip test, two-sided 0.05):",
+                *verdicts,
+            ]
     if repeated:
         blocks += ["", *format_repeats(repeat_summaries(rows), objective, number)]
     if group.note and (several or group.older):
         blocks.append(group.note)
     return blocks
+
+
+def _gate_lines(rows: list[RunRow], name: Callable[[RunRow, str], str]) -> list[str]:
+    """The selections' gate decisions: the best validation cycle against the seed (cycle 0)."""
+    from memloop.core.stats import decision_text
+
+    lines = [
+        f"  {name(r, r.condition)}: cycle {r.selection.candidate} - seed: "
+        f"{decision_text(r.selection.gate)}"
+        for r in rows
+        if r.selection is not None and r.selection.gate is not None
+    ]
+    if not lines:
+        return []
+    head = (
+        "the gate on the validation users (the best cycle against the seed; only `improved` "
+        "replaces the seed):"
+    )
+    return ["", head, *lines]
+
+
+def _verdict_text(r: RunRow, objective: str | None) -> str:
+    """The gate's verdict on `r`'s paired difference with its baseline, on its objective."""
+    from memloop.core.stats import gate_of
+
+    metric = objective or r.objective
+    theirs = r.baseline.per_user.get(metric, {}) if r.baseline else {}
+    return f"{metric_column(metric)} {gate_of(r.per_user.get(metric, {}), theirs)}"
 
 
 def _notes(rows: list[RunRow]) -> list[str]:
@@ -741,6 +794,8 @@ def _notes(rows: list[RunRow]) -> list[str]:
         "draws' noise, not the prompt's",
         "(objective): the measure each run selected its cycle on, on the validation users; "
         "selected: that cycle, of the run's cycles",
+        "the gate: core/stats.py's decision rule (exact sign-flip test, two-sided 0.05 divided "
+        "by the number of cycles chosen among); too few users: no outcome could reach that level",
     ]
     small = min((r.n_users for r in rows), default=0)
     if small < SMALL_N:
@@ -892,14 +947,23 @@ def curves(
         result = r.splits.get(split)  # type: ignore[call-overload]
         per_user = {}
         if result is not None and result.per_user:
-            for m in ("memory_score", "state_accuracy", "factual_recall", "memory_gain"):
-                per_user[m] = [float(v) for _, v in sorted(user_scores(r, split, m).items())]
+            for m in (
+                "memory_score",
+                "state_accuracy",
+                "state_prob",
+                "factual_recall",
+                "memory_gain",
+            ):
+                values = [float(v) for _, v in sorted(user_scores(r, split, m).items())]
+                if values or m != "state_prob":  # state_prob only from the letter read
+                    per_user[m] = values
         cycles.append(
             {
                 "cycle": r.cycle,
                 "memory_score": r.score(split),
                 "factual_recall": r.score(split, "factual_recall"),
                 "state_accuracy": r.score(split, "state_accuracy"),
+                "state_prob": r.score(split, "state_prob"),
                 "state_chance": result.state_chance if result is not None else None,
                 "users": result.users if result is not None else 0,
                 "per_user": per_user,

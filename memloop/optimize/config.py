@@ -26,6 +26,7 @@ from memloop.core.errors import UserError
 from memloop.core.files import safe_name
 from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.feedback.objective import DEFAULT_MODE, Mode, Objective
+from memloop.feedback.probes import ProbeSettings
 
 SPLITS = ("train", "val", "test")
 
@@ -142,6 +143,10 @@ class EvolveConfig(_Strict):
         "memory_score otherwise (feedback.objective.Objective.default_for)",
     )
     rounds: Rounds = Field(default_factory=Rounds)
+    probes: ProbeSettings = Field(
+        default_factory=ProbeSettings,
+        description="how the state queries read memory (feedback/probes.py ProbeSettings)",
+    )
     endpoints: Endpoints = Field(default_factory=Endpoints)
     summary_max_questions: StrictInt = Field(
         12, ge=1, description="questions per feedback summary (wrong answers first)"
@@ -297,6 +302,10 @@ class TuneConfig(_Strict):
         60, ge=1, description="trial heartbeat; a trial silent for 2x this is taken as dead"
     )
     rounds: Rounds = Field(default_factory=Rounds)
+    probes: ProbeSettings = Field(
+        default_factory=ProbeSettings,
+        description="how the state queries read memory (feedback/probes.py ProbeSettings)",
+    )
     endpoints: Endpoints = Field(default_factory=Endpoints)
     parallel_users: StrictInt = Field(2, ge=1, le=1024)
     seed: StrictInt = 0

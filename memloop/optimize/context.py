@@ -33,9 +33,17 @@ from memloop.llm.usage import add_costs
 from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
-from memloop.optimize.cycles import CYCLE_METRICS, CycleRecord, Selection, SplitResult, select_cycle
+from memloop.optimize.cycles import (
+    CYCLE_METRICS,
+    CycleRecord,
+    Selection,
+    SplitResult,
+    best_alias_cycle,
+    select_cycle,
+    val_per_user,
+)
 from memloop.optimize.store import CycleStore
-from memloop.runs import tracker
+from memloop.runs import gate_log, tracker
 from memloop.runs.folder import open_run_folder
 from memloop.runs.inputs import load_environment, load_policy, roles
 from memloop.runs.spec import RunSpec
@@ -90,6 +98,7 @@ def evaluation_options(config: Any, clients: RoleClients, progress: bool) -> dic
         max_users_in_parallel=config.parallel_users,
         progress=progress,
         plot=False,  # inner evaluations: their numbers go to MLflow and compare's figures
+        probes=config.probes,
     )
 
 
@@ -171,6 +180,8 @@ class RunContext:
                     "max_questions": config.summary_max_questions,
                     "max_chars": config.summary_max_chars,
                 },
+                # only when set: the keys of runs with the default (JSON) read stay
+                **({"probes": config.probes.spec()} if config.probes.spec() else {}),
             },
             mode=mode,
             objective=self.objective,
@@ -408,7 +419,9 @@ class RunContext:
         chosen = outcome.selection
         if chosen is None:
             return
-        version = versions.get(chosen.cycle)
+        self.log_gate(outcome)
+        # `best` follows the gate: the seed unless a cycle `improved` on it
+        version = versions.get(best_alias_cycle(chosen))
         if self.initial_prompts and version is not None:
             tracker.set_best(mlc, self.prompt_registry_name, version)
         record = outcome.cycles[chosen.cycle]
@@ -417,8 +430,48 @@ class RunContext:
             metrics.update(
                 {f"headline/test_{m}": record.score("test", m) for m in (*CYCLE_METRICS, "users")}
             )
+        gate = chosen.gate or {}
+        if gate:
+            metrics["selection/gate_n"] = float(gate["n"])
+            if gate.get("detectable") is not None:
+                metrics["selection/detectable_effect"] = float(gate["detectable"])
         tracker.log_metrics(mlc, run_id, metrics, step=step)
         mlc.set_tag(run_id, "memloop.selection", f"cycle {chosen.cycle}: {chosen.rule}")
+        verdict = chosen.verdict or "no candidate (the seed is best on validation)"
+        mlc.set_tag(run_id, "memloop.verdict", verdict)
+        if gate:
+            detectable = gate.get("detectable")
+            mlc.set_tag(
+                run_id,
+                "memloop.gate",
+                f"cycle {chosen.candidate} vs seed on {gate['n']} validation users: "
+                f"{gate['verdict']}, mean {gate['mean']:+.3f}, p {gate['sign_flip_p']:.3g}, "
+                f"level {gate['level']:.3g}, detectable effect "
+                + ("n/a" if detectable is None else f"{detectable:.3f}"),
+            )
+
+    def log_gate(self, outcome: RunOutcome) -> None:
+        """The run's gate log (runs/gate_log.py): each cycle's screen decisions, the selection."""
+        entries = []
+        for record in outcome.cycles:
+            step = self.store.step(record.cycle)
+            for decision in step.decisions if step is not None else []:
+                entries.append(decision)
+        chosen = outcome.selection
+        if chosen is not None and chosen.gate is not None:
+            objective = chosen.objective.value
+            pair = [outcome.cycles[k] for k in (chosen.candidate or 0, 0)]
+            users = sorted(set.intersection(*(set(val_per_user(r, objective)) for r in pair)))
+            entries.append(
+                gate_log.entry(
+                    "selection",
+                    f"cycle {chosen.candidate} vs cycle 0 on val_{chosen.objective.value}",
+                    users,
+                    chosen.gate,
+                )
+            )
+        if entries:
+            gate_log.record(self.run_dir, *entries)
 
 
 def split_results(results: dict[str, EvaluationResult]) -> dict[str, SplitResult]:

@@ -41,6 +41,8 @@ class EvolveStep(BaseModel):
     # dollars of those tokens (its calls and replay screening); None: no call had a price
     cost_usd: float | None = Field(None, ge=0.0)
     leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (set by `propose`)
+    # the gate's decisions this step made (runs/gate_log.py entries: the replay screen's)
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
 
 
 EVOLVER_MEMBERS = ("name", "Settings", "propose")  # on the class; its instances add `settings`

@@ -8,7 +8,8 @@ A cycle evaluates one set of prompts on up to three user splits:
 
 `select_cycle` is the only place a run picks a cycle (the registry alias `best`, compare's
 headline): it reads validation metrics and nothing else, so a test user's result cannot change a
-selection (tests/test_optimize_splits.py poisons the test users to show it).
+selection (tests/test_optimize_splits.py poisons the test users to show it). It keeps the seed
+(cycle 0) unless the gate (core/stats.py) says the best validation cycle `improved` on it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from memloop.feedback.summary import SummaryReport
 CYCLE_METRICS = (
     "memory_score",
     "state_accuracy",
+    "state_prob",
     "memory_gain",
     "overall",
     "no_memory",
@@ -57,6 +59,7 @@ class SplitResult(BaseModel):
     utilization: float
     format: float = 0.0
     state_accuracy: float | None = None
+    state_prob: float | None = None  # the letter read's mean P(true value); None: no read
     state_chance: float | None = None
     no_memory: float | None = None
     memory_gain: float | None = None
@@ -73,6 +76,7 @@ class SplitResult(BaseModel):
             overall=metrics["overall"],
             factual_recall=metrics["factual_recall"],
             state_accuracy=metrics["state_accuracy"],
+            state_prob=metrics.get("state_prob"),
             state_chance=metrics["state_chance"],
             no_memory=metrics["no_memory"],
             memory_gain=metrics["memory_gain"],
@@ -152,35 +156,91 @@ def cost_metrics(cost_usd: dict[str, float]) -> dict[str, float]:
 OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
 
 
+SEED_CYCLE = 0  # every search's cycle 0 evaluates the seed prompts
+
+
 class Selection(BaseModel):
-    """Which cycle's prompts a run stands for, and on what grounds."""
+    """Which cycle's prompts a run stands for, and on what grounds.
+
+    `candidate`: the cycle with the best validation objective, tested against the seed by the
+    gate (core/stats.py) when it is not the seed; `gate`: that decision (`GateResult.to_dict()`);
+    `verdict`: its verdict. The selection is the candidate only when the verdict is `improved`.
+    """
 
     cycle: int
-    rule: str  # "best val_state_accuracy" or "last cycle (no validation score)"
+    rule: str  # e.g. "kept the seed: the gate says inconclusive for cycle 2 on val_state_accuracy"
     val_memory_score: float | None = None
     objective: Objective = LEGACY_OBJECTIVE  # what the cycles were ranked on
     val_objective: float | None = None  # its value on the validation users
+    candidate: int | None = None
+    verdict: str | None = None
+    gate: dict[str, Any] | None = None
+
+    @property
+    def kept_seed(self) -> bool:
+        return self.cycle == SEED_CYCLE
+
+
+def val_per_user(record: CycleRecord, objective: str) -> dict[str, float]:
+    """{validation user: value of `objective`} of one cycle (users without a value left out)."""
+    result = record.splits.get(SELECTION_SPLIT)
+    if result is None:
+        return {}
+    return {u: v[objective] for u, v in result.per_user.items() if v.get(objective) is not None}
 
 
 def select_cycle(records: list[CycleRecord], objective: str) -> Selection | None:
-    """The cycle with the best validation `objective` (the earliest on a tie).
+    """The cycle a run stands for: the seed unless the gate says a cycle `improved` on it.
 
-    Without validation users (or while no validation value is defined) the last cycle: no choice
-    is made, so none can be biased. Reads nothing but the `val` split.
+    The candidate is the cycle with the best validation `objective` (the earliest on a tie). It
+    replaces the seed (cycle 0) only when the gate, on the validation users' paired differences
+    candidate - seed, says `improved` at ALPHA / (the number of cycles it was chosen among).
+    Without a validation value no choice is made: the seed. Reads nothing but the `val` split.
     """
+    from memloop.core.stats import gate_of
+
     if not records:
         return None
-    scored = [(r.cycle, r.score(SELECTION_SPLIT, objective)) for r in records]
-    defined = [(k, s) for k, s in scored if s is not None]
-    if defined:
-        k, s = max(defined, key=lambda ks: (ks[1], -ks[0]))
+    by_cycle = {r.cycle: r for r in records}
+    seed = by_cycle.get(SEED_CYCLE, records[0])
+
+    def selection(record: CycleRecord, rule: str, **extra: Any) -> Selection:
         return Selection(
-            cycle=k,
-            rule=f"best val_{objective}",
-            val_memory_score=records[k].score(SELECTION_SPLIT),
+            cycle=record.cycle,
+            rule=rule,
+            val_memory_score=record.score(SELECTION_SPLIT),
             objective=objective,
-            val_objective=s,
+            val_objective=record.score(SELECTION_SPLIT, objective),
+            **extra,
         )
-    return Selection(
-        cycle=records[-1].cycle, rule="last cycle (no validation score)", objective=objective
+
+    scored = [(r, r.score(SELECTION_SPLIT, objective)) for r in records]
+    defined = [(r, s) for r, s in scored if s is not None]
+    if not defined:
+        return selection(seed, f"the seed (no val_{objective}: nothing to choose on)")
+    best, _ = max(defined, key=lambda rs: (rs[1], -rs[0].cycle))
+    if best.cycle == seed.cycle:
+        return selection(seed, f"the seed (no cycle beat it on val_{objective})")
+    chosen_among = sum(1 for r, _ in defined if r.cycle != seed.cycle)
+    decision = gate_of(
+        val_per_user(best, objective), val_per_user(seed, objective), comparisons=chosen_among
     )
+    extra = {"candidate": best.cycle, "verdict": decision.verdict.value, "gate": decision.to_dict()}
+    if decision.improved:
+        return selection(best, f"cycle {best.cycle}: improved on val_{objective}", **extra)
+    return selection(
+        seed,
+        f"kept the seed: the gate says {decision.verdict.value} for cycle {best.cycle} on "
+        f"val_{objective}",
+        **extra,
+    )
+
+
+def best_alias_cycle(selection: Selection) -> int:
+    """The cycle whose prompt version the registry alias `best` names.
+
+    The selected cycle when the gate called it `improved` on the seed, else the seed: the alias
+    never names a prompt the gate did not accept (a selection made without a gate decision is
+    the seed's by construction).
+    """
+    return selection.cycle if selection.verdict == "improved" else SEED_CYCLE

@@ -50,6 +50,7 @@ class EpisodeSearch:
                 out / json_sha256(prompts)[:12],  # one folder per screened prompt
                 periods=ctx.config.environment.periods,
                 parallel_users=ctx.config.parallel_users,
+                probes=ctx.config.probes,
             )
 
         return screen

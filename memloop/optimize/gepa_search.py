@@ -354,6 +354,7 @@ class EpisodeAdapter:
                 / json_sha256(str(recording.relative_to(self.root)))[:12],
                 periods=self.ctx.config.environment.periods,
                 parallel_users=self.ctx.config.parallel_users,
+                probes=self.ctx.config.probes,
             )
             by_user.update(screening.by_user)
         scores = [float(by_user[item.id] or 0.0) for item in batch]  # None: no state pair

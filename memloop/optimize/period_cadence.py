@@ -47,7 +47,7 @@ class PeriodSearch:
             min(config.environment.periods or it.num_periods, it.num_periods) for it in items
         )
         evolver = ctx.make_evolver()
-        prober = Prober(ub_client=ctx.clients.agent, checker_client=ctx.clients.checker)
+        prober = Prober(ctx.clients.agent, ctx.clients.checker, config.probes)
         runners: list[EpisodeRunner] = []
         for item in items:
             usage = UsageTracker()

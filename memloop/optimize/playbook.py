@@ -21,8 +21,15 @@ Each cycle:
    `candidates` of them, sampled apart when more than one.
 4. **Screening by replay** (when the search gives a screen, optimize/replay_score.py): each
    candidate and the current prompt are replayed on the training users' recorded conversations
-   (memory writes and state queries only); the best candidate is taken only when its state
-   accuracy beats the current prompt's, else nothing changes. Its tokens count in the step's.
+   (memory writes and state queries only); the best candidate is tested against the current
+   prompt by the gate (core/stats.py) on the training users' paired state accuracies. It is
+   taken when the gate says `improved`, or (`screen_takes: explore`, the default) as an
+   exploration step when it beats the current prompt's state accuracy and the gate does not say
+   `degraded`; the step records which, and the gate log holds the decision. With two training
+   users no replay can show an improvement (the gate needs 7 users for a choice among 3), so at
+   the shipped sizes every change is an exploration step, and only the run's selection on
+   validation users (also the gate) decides what the run stands for. Its tokens count in the
+   step's.
 5. **A deterministic merge**: a rule that repeats one already there (same words, or most of
    them), names a user's own state value, is not one sentence or names an unknown id is dropped
    and recorded; ids are never reused; at most `max_rules` rules.
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +53,7 @@ from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
 from memloop.optimize.evolvers import _ENDINGS
+from memloop.runs import gate_log
 
 HEADER = "Rules learned from feedback:"
 _RULE = re.compile(r"^\[(r\d+)\] (.+)$", re.M)
@@ -141,6 +149,12 @@ class PlaybookSettings(BaseModel):
     feedback_chars: int = Field(
         6000, ge=200, description="the feedback summary is fitted to this many characters"
     )
+    screen_takes: Literal["improved", "explore"] = Field(
+        "explore",
+        description="what the replay screen takes: only a candidate the gate calls improved, or "
+        "also (explore) the best candidate not below the current prompt that the gate does not "
+        "call degraded; the step records which",
+    )
 
 
 class PlaybookEvolver:
@@ -197,6 +211,15 @@ class PlaybookEvolver:
                 elif all(candidate != c for c, _ in options):
                     options.append((candidate, change))
             chosen, note = self._choose(name, base, options, screen)
+            if note[3] is not None:
+                step.decisions.append(
+                    gate_log.entry(
+                        "screen",
+                        f"cycle {cycle} {name}: best of {len(options)} candidates vs current",
+                        note[3].pop("users"),
+                        note[3],
+                    )
+                )
             screened_tokens += note[1]
             screened_cost = add_costs(screened_cost, note[2])
             if chosen is None:
@@ -270,17 +293,22 @@ class PlaybookEvolver:
         base: dict[str, str],
         options: list[tuple[str, str]],
         screen: Callable[[dict[str, str]], Any] | None,
-    ) -> tuple[tuple[str, str] | None, tuple[str, int, float | None]]:
-        """(the option to take or None, (a note, screening tokens, their cost in dollars)).
+    ) -> tuple[tuple[str, str] | None, tuple[str, int, float | None, dict[str, Any] | None]]:
+        """(the option to take or None, (a note, screening tokens, their cost, the gate's verdict)).
 
         Without a screen (or with one option and no screen) the first usable option. With a screen
-        each option and the current prompt are replayed on the training users; the best option is
-        taken only when it beats the current prompt.
+        each option and the current prompt are replayed on the training users; the option with
+        the best state accuracy is tested against the current prompt by the gate (core/stats.py,
+        per-user paired differences, level ALPHA / the number of options). It is taken when the
+        gate says `improved`; with `screen_takes: explore` also when it is not below the current
+        prompt and the gate does not say `degraded` (an exploration step, so noted).
         """
+        from memloop.core.stats import Verdict, gate_of
+
         if not options:
-            return None, ("", 0, None)
+            return None, ("", 0, None, None)
         if screen is None:
-            return options[0], ("", 0, None)
+            return options[0], ("", 0, None, None)
         current = screen(base)
         tokens, cost = current.tokens, current.cost_usd
         scored = []
@@ -288,24 +316,41 @@ class PlaybookEvolver:
             result = screen({**base, name: candidate})
             tokens += result.tokens
             cost = add_costs(cost, result.cost_usd)
-            scored.append((result.state_accuracy, candidate, change))
-        shown = ", ".join("n/a" if v is None else f"{v:.3f}" for v, _, _ in scored)
+            scored.append((result, candidate, change))
+        shown = ", ".join(
+            "n/a" if r.state_accuracy is None else f"{r.state_accuracy:.3f}" for r, _, _ in scored
+        )
         now = "n/a" if current.state_accuracy is None else f"{current.state_accuracy:.3f}"
-        defined = [x for x in scored if x[0] is not None]
+        defined = [x for x in scored if x[0].state_accuracy is not None]
         if not defined or current.state_accuracy is None:
             return options[0], (
                 f"replay screen undefined ({shown} vs {now}); took the first",
                 tokens,
                 cost,
+                None,
             )
-        best = max(defined, key=lambda x: x[0])  # the first of equals: the first sample
-        if best[0] <= current.state_accuracy:
-            return None, (
-                f"no candidate beat the current prompt on replay ({shown} vs {now})",
+        best = max(defined, key=lambda x: x[0].state_accuracy)  # the first of equals
+        mine = {u: v for u, v in best[0].by_user.items() if v is not None}
+        theirs = {u: v for u, v in current.by_user.items() if v is not None}
+        decision = gate_of(mine, theirs, comparisons=len(options))
+        stored = {**decision.to_dict(), "users": sorted(set(mine) & set(theirs))}
+        verdict = decision.verdict
+        said = f"replay screen {shown} vs current {now}: gate {verdict.value}"
+        if verdict is Verdict.IMPROVED:
+            return (best[1], best[2]), (f"{said}; taken (improved)", tokens, cost, stored)
+        explore = (
+            self.settings.screen_takes == "explore"
+            and verdict is not Verdict.DEGRADED
+            and best[0].state_accuracy > current.state_accuracy
+        )
+        if explore:
+            return (best[1], best[2]), (
+                f"{said}; taken as an exploration step (not shown better)",
                 tokens,
                 cost,
+                stored,
             )
-        return (best[1], best[2]), (f"replay screen {shown} vs current {now}", tokens, cost)
+        return None, (f"{said}; no candidate taken", tokens, cost, stored)
 
     def merge(
         self,

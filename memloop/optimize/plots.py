@@ -29,11 +29,12 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # the metrics a figure can show, in their default order; memory gain only as a run's objective
-METRICS = ("memory_score", "state_accuracy", "factual_recall")
+METRICS = ("memory_score", "state_accuracy", "state_prob", "factual_recall")
 OPTIONAL_METRICS = ("memory_gain",)
 NAMES = {
     "memory_score": "normalized memory score",
     "state_accuracy": "state accuracy",
+    "state_prob": "state probability (P of the true value)",
     "factual_recall": "memory factual recall",
     "memory_gain": "memory gain",
 }
@@ -261,7 +262,7 @@ def _style_axis(ax: Axes, metric: str, histories: list[Any], values: list[float]
             fontsize=7,
             color=GREY,
         )
-    if metric in ("state_accuracy", "factual_recall"):
+    if metric in ("state_accuracy", "state_prob", "factual_recall"):
         ax.set_ylim(-0.02, 1.02)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from memloop.environment.data import UserItem
 from memloop.environment.episode import PolicyFactory, requests_sent, run_episodes
-from memloop.feedback.probes import StateProber
+from memloop.feedback.probes import ProbeSettings, StateProber
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.report import cost_by_component, usage_by_component
 from memloop.feedback.scoring import state_accuracy
@@ -45,6 +45,7 @@ def replay_screen(
     *,
     periods: int | None = None,
     parallel_users: int = 2,
+    probes: ProbeSettings | None = None,
 ) -> Screening:
     """Screen the policies `policy_factory` builds on `items`' conversations under `recording`.
 
@@ -56,7 +57,7 @@ def replay_screen(
         policy_factory,
         agent_client,
         Path(out),
-        probe=StateProber(),
+        probe=StateProber(probes or ProbeSettings()),
         periods=periods,
         max_users_in_parallel=parallel_users,
         replay_from=Path(recording),

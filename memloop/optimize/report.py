@@ -86,12 +86,13 @@ def _selection_line(outcome: Any) -> str:
     selection = outcome.selection
     if selection is None:
         return "no finished cycle"
-    if selection.val_objective is None:
-        return (
-            f"cycle {selection.cycle} stands for the run: no validation "
-            f"{selection.objective.label} was defined, so the last cycle was taken (no choice made)"
-        )
-    return f"cycle {selection.cycle} selected ({selection.rule} = {selection.val_objective:.3f})"
+    value = "" if selection.val_objective is None else f" = {selection.val_objective:.3f}"
+    line = f"cycle {selection.cycle} stands for the run ({selection.rule}{value})"
+    if selection.gate is not None:
+        from memloop.core.stats import decision_text
+
+        line += f"; the gate, cycle {selection.candidate} - seed: {decision_text(selection.gate)}"
+    return line
 
 
 def _unchanged_lines(outcome: Any) -> list[str]:

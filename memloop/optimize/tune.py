@@ -412,6 +412,8 @@ class Tuner:
             evaluation={
                 "rounds": config.rounds.model_dump(),
                 "periods": config.environment.periods,
+                # only when set: the keys of runs with the default (JSON) read stay
+                **({"probes": config.probes.spec()} if config.probes.spec() else {}),
             },
             objective=self.ranked_on,
             optimizer={

@@ -42,6 +42,9 @@ class Answer:
     retrieved_memories: list[str] = field(default_factory=list)
     parsed: Any = None
     json_error: str | None = None
+    # a one-token answer's top alternatives [(token, logprob)] when asked (`top_logprobs`), None
+    # when not asked or when the endpoint returned none
+    top_logprobs: list[tuple[str, float]] | None = None
 
 
 def simulated_time(text: str) -> str | None:
@@ -176,17 +179,27 @@ class BasePolicy:
         self._after_turn(user_message, assistant_message)
 
     def answer(
-        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+        self,
+        prompt: str,
+        *,
+        schema: dict[str, Any] | None = None,
+        memory_only: bool = False,
+        top_logprobs: int | None = None,
     ) -> Answer:
         messages, retrieved = self._context(prompt, probe=True, raw=not memory_only)
         # A schema-bound answer keeps the endpoint's cap: a short reply cap could cut its JSON.
         cap = self.config.reply_max_tokens if schema is None else None
-        result = self.client.chat(messages, component="probe", schema=schema, max_tokens=cap)
+        if top_logprobs:  # one token, with its alternatives (feedback/probes.py's letter read)
+            cap = 1
+        result = self.client.chat(
+            messages, component="probe", schema=schema, max_tokens=cap, top_logprobs=top_logprobs
+        )
         return Answer(
             text=result.text,
             retrieved_memories=retrieved,
             parsed=result.parsed,
             json_error=result.json_error,
+            top_logprobs=result.top_logprobs[0] if result.top_logprobs else None,
         )
 
     def prompts(self) -> dict[str, str]:

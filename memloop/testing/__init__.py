@@ -5,7 +5,8 @@
 - :class:`ScriptedPolicy`: a deterministic, model-free policy that passes ``check_policy``;
 - :class:`ScriptedEvolver`: a deterministic, model-free evolver that passes ``check_evolver``;
 - :func:`evolve_loop_reply`: a fake-server reply for the whole evolution loop (GEPA included);
-- :func:`notes_checker`: a fake-server reply for the factual-recall check that reads the notes.
+- :func:`notes_checker`: a fake-server reply for the factual-recall check that reads the notes;
+- :func:`gate_passes`: every gate decision says `improved` (tests of what follows a selection).
 
 The conformance suites themselves live beside their Protocols:
 :func:`memloop.environment.policy_check.check_policy` and
@@ -20,6 +21,7 @@ from memloop.testing.fake_server import (
     request_schema,
     schema_valid_reply,
 )
+from memloop.testing.gate import gate_passes
 from memloop.testing.policies import ScriptedPolicy, scripted_builder
 from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
 
@@ -31,6 +33,7 @@ __all__ = [
     "conversation_of",
     "evolve_loop_reply",
     "fake_roles",
+    "gate_passes",
     "is_evolver_request",
     "is_recall_request",
     "notes_checker",

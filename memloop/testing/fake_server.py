@@ -58,9 +58,13 @@ class FakeOpenAIServer:
         failures: list[int | str] | None = None,
         hang_s: float = 60.0,
         retry_after_s: float = 0.0,
+        logprobs: Callable[[dict[str, Any], str], list[tuple[str, float]]] | None = None,
     ):
         self.latency_s = latency_s
         self.reply = reply
+        # (request, reply text) -> the first token's top alternatives, sent when a request asks
+        # for `logprobs` (None: the server returns none, as many endpoints do)
+        self.logprobs = logprobs
         self.hang_s = hang_s
         self.retry_after_s = retry_after_s
         unknown = [f for f in failures or [] if isinstance(f, str) and f not in FAULTS]
@@ -191,6 +195,17 @@ class FakeOpenAIServer:
                     else:
                         text = fake.reply(body) if callable(fake.reply) else fake.reply
                     completion = self._completion(body, text)
+                    if body.get("logprobs") and fake.logprobs is not None:
+                        top = fake.logprobs(body, text)
+                        completion["choices"][0]["logprobs"] = {
+                            "content": [
+                                {
+                                    "token": text,
+                                    "logprob": top[0][1] if top else 0.0,
+                                    "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top],
+                                }
+                            ]
+                        }
                     if fault == "empty_choices":
                         completion["choices"] = []
                     if fault == "cut":

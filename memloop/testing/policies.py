@@ -3,8 +3,10 @@
 It remembers every user message verbatim, replies by echoing, and answers probes by rule: the
 multiple-choice question (a schema with an ``answer`` property) gets option ``choice``, a state
 query gets the first allowed value of every variable, any other schema gets ``"unknown"`` for every
-string property. It passes :func:`memloop.environment.policy_check.check_policy` and drives the
-episode runner, the scorer and the optimizer loop in tests.
+string property; a lettered question asked with ``top_logprobs`` gets the option sharing most
+words with what the user said, with log-probabilities (``letter_answer``). It passes
+:func:`memloop.environment.policy_check.check_policy` and drives the episode runner, the scorer
+and the optimizer loop in tests.
 """
 
 from __future__ import annotations
@@ -66,9 +68,16 @@ class ScriptedPolicy:
     # -- probes ---------------------------------------------------------------------------
 
     def answer(
-        self, prompt: str, *, schema: dict[str, Any] | None = None, memory_only: bool = False
+        self,
+        prompt: str,
+        *,
+        schema: dict[str, Any] | None = None,
+        memory_only: bool = False,
+        top_logprobs: int | None = None,
     ) -> Answer:
         memories = self.seen[-3:]
+        if top_logprobs:
+            return letter_answer(prompt, self.seen, list(memories))
         if schema is None:
             return Answer(f"From memory: {' | '.join(memories)}", list(memories))
         props = schema.get("properties", {})
@@ -124,6 +133,27 @@ class ScriptedPolicy:
 
     def close(self) -> None:
         self.closed = True
+
+
+def letter_answer(prompt: str, seen: list[str], memories: list[str]) -> Answer:
+    """A one-token answer to a lettered question, with its top log-probabilities.
+
+    The option sharing most words with what the user said gets probability 0.7, the others share
+    0.3 (the first of equals wins); the letter read of the state queries (feedback/probes.py).
+    """
+    import math
+    import re
+
+    options = re.findall(r"^([A-Z])\. (.+)$", prompt, flags=re.M)
+    if not options:
+        return Answer("A", memories, None, None, [("A", 0.0)])
+    said = {w for m in seen for w in m.lower().split() if len(w) > 3}
+    best = max(
+        range(len(options)), key=lambda i: (sum(w in said for w in options[i][1].split()), -i)
+    )
+    rest = math.log(0.3 / max(1, len(options) - 1))
+    top = [(letter, math.log(0.7) if i == best else rest) for i, (letter, _) in enumerate(options)]
+    return Answer(options[best][0], memories, None, None, top)
 
 
 def scripted_builder(**policy_options: Any) -> Callable[..., ScriptedPolicy]:

@@ -61,6 +61,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--parallel-users", type=int, default=2, help="users run concurrently")
     p.add_argument(
+        "--state-read",
+        choices=["json", "letters"],
+        default="json",
+        help="how the state queries read memory: one JSON query per question (0/1 scores), or "
+        "one lettered query per variable with the letter's probability (state_prob)",
+    )
+    p.add_argument(
+        "--state-probes",
+        choices=["questions", "all"],
+        default="questions",
+        help="read the variables the questions need, or every state variable (letters only)",
+    )
+    p.add_argument(
         "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
     )
     p.add_argument(
@@ -104,6 +117,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.probes import ProbeSettings
     from memloop.feedback.report import format_metrics
     from memloop.policies import build_policy, policy_prompts, recorder_config
     from memloop.runs.folder import open_run_folder
@@ -140,6 +154,10 @@ def run_eval(args: argparse.Namespace) -> int:
                 f"--replay {args.replay}: must differ from --out (it would be overwritten)"
             )
         replay_from = check_recording(items, args.replay, periods)
+    try:
+        probes = ProbeSettings(state_read=args.state_read, state_probes=args.state_probes)
+    except ValueError:
+        raise UserError("--state-probes all needs --state-read letters") from None
     spec = RunSpec(
         kind="eval",
         environment=describe_data_file(args.env),
@@ -153,6 +171,7 @@ def run_eval(args: argparse.Namespace) -> int:
             "rounds": {"init": args.rounds_init, "update": args.rounds_update},
             "replay": str(replay_from) if replay_from else None,
             "record_only": bool(args.record_only),
+            **({"probes": probes.spec()} if probes.spec() else {}),
         },
     )
     with open_run_folder(out, spec, "memloop eval", run_files=RUN_FILES, force=args.force):
@@ -186,6 +205,7 @@ def run_eval(args: argparse.Namespace) -> int:
             replay_from=replay_from,
             progress=not args.no_progress,
             label=f"eval {config.display_name}",
+            probes=probes,
         )
     from memloop.feedback.objective import Objective
 

@@ -1,0 +1,295 @@
+"""How often each decision of the loop accepts a change that does nothing, and how often it finds a
+real one: the gate (core/stats.py) calibrated at the sizes memloop ships and its benchmarks use.
+
+Each stage runs memloop's own decision code on simulated per-user scores:
+- `screen`: the playbook evolver's replay screen (`PlaybookEvolver._choose` with
+  `screen_takes: improved`): the best of `candidates` candidates against the current prompt on
+  the training users;
+- `selection`: `cycles.select_cycle` over `cycles` cycles on the validation users: the best
+  cycle against the seed (cycle 0);
+- `registration`: the registry's `best` alias (`cycles.best_alias_cycle` of that selection): the
+  version it names is not the seed's.
+Beside each, the rule it replaced: the screen took the best candidate whose state accuracy beat
+the current prompt's; selection took the best validation cycle; `best` named it.
+
+Scores (`binary`): each user answers `pairs` state pairs (the evidence design: 2 questions x 2
+variables x 2 periods = 8), each right with the user's own rate. The rates are drawn from the
+per-user state accuracies measured on the evidence benchmark's test users (its seed, evolved,
+default and hand-written prompts: benchmarks/results/evidence.json), so users differ as they do
+there. Under no effect every prompt is the seed again with independent draws; under an effect of
++d one candidate (the last cycle, one screen candidate) answers each pair right with the user's
+rate + d (capped at 1). With 8 pairs the SD of a per-user difference is about 0.25 here, the
+0.20-0.29 measured between real prompts.
+
+    .venv/bin/python benchmarks/gate_calibration.py --out benchmarks/results/gate_calibration.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from embedded_cost import commit  # noqa: E402  (this folder: the benchmarks' one commit record)
+
+EFFECTS = (0.10, 0.15)
+PAIRS = 8
+SIZES: dict[str, list[dict[str, Any]]] = {
+    # shipped: 2 training users (evidence), 1 (quickstart); larger: what a screen would need
+    "screen": [
+        {"users": 1, "candidates": 3, "where": "quickstart"},
+        {"users": 2, "candidates": 3, "where": "evidence benchmark"},
+        {"users": 8, "candidates": 3, "where": "larger"},
+        {"users": 16, "candidates": 3, "where": "larger"},
+    ],
+    "selection": [
+        {"users": 1, "cycles": 2, "where": "quickstart"},
+        {"users": 4, "cycles": 2, "where": "evidence benchmark"},
+        {"users": 10, "cycles": 2, "where": "larger"},
+        {"users": 16, "cycles": 2, "where": "larger"},
+        {"users": 16, "cycles": 4, "where": "larger"},
+        {"users": 32, "cycles": 4, "where": "larger"},
+    ],
+}
+SIZES["registration"] = SIZES["selection"]
+
+
+def base_rates(path: Path) -> list[float]:
+    """The per-user state accuracies of the evidence benchmark's test users, four prompts."""
+    data = json.loads(path.read_text())
+    rates = []
+    for arm in ("seed", "evolved", "default", "hand"):
+        rates += [float(v) for v in data["test"][arm].values()]
+    return rates
+
+
+class Draws:
+    """Per-user binary scores: users drawn from `rates`, `pairs` pairs each."""
+
+    def __init__(self, rates: list[float], pairs: int, seed: int):
+        self.rates = np.asarray(rates)
+        self.pairs = pairs
+        self.rng = np.random.default_rng(seed)
+
+    def users(self, n: int) -> np.ndarray:
+        return self.rng.choice(self.rates, size=n, replace=True)
+
+    def scores(self, p: np.ndarray, effect: float = 0.0) -> dict[str, float]:
+        hits = self.rng.binomial(self.pairs, np.clip(p + effect, 0.0, 1.0))
+        return {f"u{i}": float(h) / self.pairs for i, h in enumerate(hits)}
+
+
+# ------------------------------------------------------------------ the stages
+
+
+def screen_once(draws: Draws, users: int, candidates: int, effect: float) -> dict[str, bool]:
+    """One screen: the gate's choice and the old rule's, on one set of draws."""
+    from memloop.optimize.playbook import PlaybookEvolver, PlaybookSettings
+
+    p = draws.users(users)
+    values = {"current": draws.scores(p)}
+    for j in range(candidates):
+        last = j == candidates - 1
+        values[f"c{j}"] = draws.scores(p, effect if last else 0.0)
+
+    def screen(prompts: dict[str, str]) -> Any:
+        by_user = values[prompts["writer"]]
+        return SimpleNamespace(
+            state_accuracy=sum(by_user.values()) / len(by_user),
+            by_user=by_user,
+            tokens=0,
+            cost_usd=None,
+        )
+
+    options = [(f"c{j}", f"candidate {j}") for j in range(candidates)]
+    evolver = PlaybookEvolver(None, PlaybookSettings(screen_takes="improved"))  # type: ignore[arg-type]
+    chosen, _ = evolver._choose("writer", {"writer": "current"}, options, screen)
+    good = f"c{candidates - 1}"
+    now = screen({"writer": "current"}).state_accuracy
+    scored = [(screen({"writer": c}).state_accuracy, c) for c, _ in options]
+    best_value, best = max(scored, key=lambda x: x[0])  # the first of equals
+    old = best_value > now
+    return {
+        "gate": chosen is not None,
+        "gate_found": chosen is not None and chosen[0] == good,
+        "old": old,
+        "old_found": old and best == good,
+    }
+
+
+def cycle_records(draws: Draws, users: int, cycles: int, effect: float) -> list[Any]:
+    from memloop.optimize.cycles import CycleRecord, SplitResult
+
+    p = draws.users(users)
+    records = []
+    for k in range(cycles):
+        by_user = draws.scores(p, effect if k == cycles - 1 and k > 0 else 0.0)
+        split = SplitResult(
+            users=users,
+            memory_score=None,
+            overall=0.0,
+            factual_recall=None,
+            write=0.0,
+            read=0.0,
+            utilization=0.0,
+            state_accuracy=sum(by_user.values()) / users,
+            per_user={u: {"state_accuracy": v} for u, v in by_user.items()},
+        )
+        records.append(CycleRecord(cycle=k, splits={"val": split}))
+    return records
+
+
+def selection_once(draws: Draws, users: int, cycles: int, effect: float) -> dict[str, bool]:
+    from memloop.optimize.cycles import best_alias_cycle, select_cycle
+
+    records = cycle_records(draws, users, cycles, effect)
+    selection = select_cycle(records, "state_accuracy")
+    assert selection is not None
+    values = [r.score("val", "state_accuracy") for r in records]
+    old = max(range(cycles), key=lambda k: (values[k], -k))
+    alias = best_alias_cycle(selection)
+    return {
+        "gate": selection.cycle != 0,
+        "gate_found": selection.cycle == cycles - 1,
+        "alias": alias != 0,
+        "alias_found": alias == cycles - 1,
+        "old": old != 0,
+        "old_found": old == cycles - 1,
+    }
+
+
+def rate(hits: int, runs: int) -> dict[str, float]:
+    """A rate with its binomial 95% (Wilson) interval."""
+    from scipy import stats
+
+    p = hits / runs
+    z = float(stats.norm.ppf(0.975))
+    centre = (p + z * z / (2 * runs)) / (1 + z * z / runs)
+    half = z * np.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / (1 + z * z / runs)
+    return {"rate": p, "ci95": [max(0.0, centre - half), min(1.0, centre + half)]}
+
+
+def run_stage(stage: str, size: dict[str, Any], draws: Draws, null_runs: int, power_runs: int):
+    users = size["users"]
+    if stage == "screen":
+        once = lambda effect: screen_once(draws, users, size["candidates"], effect)  # noqa: E731
+        key = "gate"
+    else:
+        once = lambda effect: selection_once(draws, users, size["cycles"], effect)  # noqa: E731
+        key = "gate" if stage == "selection" else "alias"
+    null = [once(0.0) for _ in range(null_runs)]
+    power = {}
+    old_power = {}
+    for effect in EFFECTS:
+        found = [once(effect) for _ in range(power_runs)]
+        power[f"{effect:.2f}"] = rate(sum(f[f"{key}_found"] for f in found), power_runs)
+        old_power[f"{effect:.2f}"] = rate(sum(f["old_found"] for f in found), power_runs)
+    return {
+        "stage": stage,
+        "scoring": "binary",
+        "sizes": {k: v for k, v in size.items() if k != "where"} | {"pairs_per_user": PAIRS},
+        "where": size["where"],
+        "null_runs": null_runs,
+        "power_runs": power_runs,
+        "false_accept": rate(sum(n[key] for n in null), null_runs),
+        "power": power,
+        "before": {
+            "rule": "best candidate above the current prompt"
+            if stage == "screen"
+            else "best validation cycle",
+            "false_accept": rate(sum(n["old"] for n in null), null_runs),
+            "power": old_power,
+        },
+    }
+
+
+def table(stages: list[dict[str, Any]]) -> str:
+    head = (
+        "| stage | sizes | false accepts (gate) | power +0.10 | power +0.15 | "
+        "false accepts (before) | power +0.10 (before) |\n|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for s in stages:
+        sizes = ", ".join(f"{k} {v}" for k, v in s["sizes"].items() if k != "pairs_per_user")
+        rows.append(
+            f"| {s['stage']} | {sizes} ({s['where']}) | {s['false_accept']['rate']:.3f} | "
+            f"{s['power']['0.10']['rate']:.3f} | {s['power']['0.15']['rate']:.3f} | "
+            f"{s['before']['false_accept']['rate']:.3f} | "
+            f"{s['before']['power']['0.10']['rate']:.3f} |"
+        )
+    return head + "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--null-runs", type=int, default=2000)
+    parser.add_argument("--power-runs", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument(
+        "--evidence",
+        default=str(ROOT / "benchmarks" / "results" / "evidence.json"),
+        help="the evidence benchmark's results (the per-user rates)",
+    )
+    parser.add_argument(
+        "--out", default=str(ROOT / "benchmarks" / "results" / "gate_calibration.json")
+    )
+    args = parser.parse_args(argv)
+    if args.null_runs < 1 or args.power_runs < 1:
+        parser.error("--null-runs and --power-runs must be at least 1")
+    started = time.perf_counter()
+    rates = base_rates(Path(args.evidence))
+    draws = Draws(rates, PAIRS, args.seed)
+    stages = []
+    for stage, sizes in SIZES.items():
+        for size in sizes:
+            result = run_stage(stage, size, draws, args.null_runs, args.power_runs)
+            stages.append(result)
+            rates = (
+                result["false_accept"]["rate"],
+                result["before"]["false_accept"]["rate"],
+                result["power"]["0.10"]["rate"],
+                result["power"]["0.15"]["rate"],
+            )
+            print(
+                f"{stage:12s} {result['sizes']}: false accepts {rates[0]:.3f} (before "
+                f"{rates[1]:.3f}), power +0.10 {rates[2]:.3f}, +0.15 {rates[3]:.3f}",
+                flush=True,
+            )
+    out = {
+        "commit": commit(),  # embedded_cost.py's: sha, dirty, changed files
+        "design": {
+            "scores": "binary: each user's score is the share right of its state pairs",
+            "pairs_per_user": PAIRS,
+            "user_rates": "per-user state accuracies of the evidence benchmark's test users "
+            "(seed, evolved, default, hand prompts)",
+            "user_rates_n": len(rates),
+            "effects": list(EFFECTS),
+            "effect_model": "the changed prompt answers each pair right with the user's rate + "
+            "the effect (capped at 1)",
+            "gate": "exact sign-flip test, two-sided 0.05 / the number of candidates chosen "
+            "among; improved = p <= level and mean > 0",
+            "seed": args.seed,
+            "probability_scoring": "not measured here yet: it needs per-pair probabilities from "
+            "real runs (state_prob)",
+        },
+        "stages": stages,
+        "max_false_accept": max(s["false_accept"]["rate"] for s in stages),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(table(stages))
+    print(f"wrote {args.out} in {out['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
