@@ -179,6 +179,33 @@ def arm_configs(evolved: dict[str, str]) -> dict[str, tuple[Any, dict[str, str] 
     }
 
 
+def record_test_users(test_items, clients, recording: Path, progress: bool) -> None:
+    """The test users' one-round conversations, recorded once (memoryless replies, no writes)."""
+    from memloop.environment.episode import load_record, run_episodes
+    from memloop.environment.simulator import SimulatorConfig
+    from memloop.policies import AWIConfig, build_policy, recorder_config
+
+    recorder = recorder_config(AWIConfig(**DESIGN["policy"]))
+    run_episodes(
+        test_items,
+        lambda uid, workdir, c: build_policy(recorder, c, workdir),
+        clients.agent,
+        recording,
+        sim_client=clients.user_sim,
+        sim_config=SimulatorConfig(  # the design's one-round sessions, as evolve's
+            rounds_init=DESIGN["rounds"]["init"], rounds_update=DESIGN["rounds"]["update"]
+        ),
+        max_users_in_parallel=1,
+        progress=progress,
+    )
+    rounds = {
+        len(s.messages)
+        for p in recording.glob("*/period_*/record.json")
+        for s in load_record(p).sessions
+    }
+    assert rounds == {2}, f"the recording must hold one-round sessions, not {rounds}"
+
+
 def score_arm(items, config, prompts, client, recording: Path, out: Path):
     """Per test user: state accuracy of `config` with `prompts` by replay of `recording`.
 
@@ -307,13 +334,11 @@ def main() -> int:
     apply_offline_defaults()
     from memloop.core.stats import detectable_effect
     from memloop.environment.datafile import save_items
-    from memloop.environment.episode import load_record, run_episodes
     from memloop.environment.procedural import generate_procedural
     from memloop.experiments.cli import stop_requests_on_ctrl_c
     from memloop.optimize.config import EvolveConfig, load_config
-    from memloop.optimize.context import role_clients, sim_config
+    from memloop.optimize.context import role_clients
     from memloop.optimize.evolve import run_evolve
-    from memloop.policies import AWIConfig, build_policy, recorder_config
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/bench/evidence")
@@ -352,23 +377,7 @@ def main() -> int:
         # 2. the test users' conversations, recorded once
         recording = out / "test-recording"
         print(f"[{time.perf_counter() - started:.0f} s] recording the test users", flush=True)
-        recorder = recorder_config(AWIConfig(**DESIGN["policy"]))
-        run_episodes(
-            test_items,
-            lambda uid, workdir, c: build_policy(recorder, c, workdir),
-            clients.agent,
-            recording,
-            sim_client=clients.user_sim,
-            sim_config=sim_config(config),  # the design's one-round sessions, as evolve's
-            max_users_in_parallel=1,
-            progress=progress,
-        )
-        rounds = {
-            len(s.messages)
-            for p in recording.glob("*/period_*/record.json")
-            for s in load_record(p).sessions
-        }
-        assert rounds == {2}, f"the recording must hold one-round sessions, not {rounds}"
+        record_test_users(test_items, clients, recording, progress)
 
         # 3. every arm scored by replay on the same test users
         test: dict[str, dict[str, float]] = {}

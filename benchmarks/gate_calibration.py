@@ -12,14 +12,21 @@ Each stage runs memloop's own decision code on simulated per-user scores:
 Beside each, the rule it replaced: the screen took the best candidate whose state accuracy beat
 the current prompt's; selection took the best validation cycle; `best` named it.
 
-Scores (`binary`): each user answers `pairs` state pairs (the evidence design: 2 questions x 2
-variables x 2 periods = 8), each right with the user's own rate. The rates are drawn from the
-per-user state accuracies measured on the evidence benchmark's test users (its seed, evolved,
-default and hand-written prompts: benchmarks/results/evidence.json), so users differ as they do
-there. Under no effect every prompt is the seed again with independent draws; under an effect of
-+d one candidate (the last cycle, one screen candidate) answers each pair right with the user's
-rate + d (capped at 1). With 8 pairs the SD of a per-user difference is about 0.25 here, the
-0.20-0.29 measured between real prompts.
+Two models of the per-user scores:
+- `binary (binomial)`: each user answers `pairs` state pairs (the evidence design: 2 questions x 2
+  variables x 2 periods = 8), each right with the user's own rate. The rates are drawn from the
+  per-user state accuracies measured on the evidence benchmark's test users (its seed, evolved,
+  default and hand-written prompts: benchmarks/results/evidence.json), so users differ as they do
+  there. Under no effect every prompt is the seed again with independent draws; under an effect
+  of +d one candidate (the last cycle, one screen candidate) answers each pair right with the
+  user's rate + d (capped at 1). With 8 pairs the SD of a per-user difference is about 0.25, the
+  0.20-0.29 measured between real prompts.
+- `measured differences` (when benchmarks/results/state_prob_power.json exists), for `binary`
+  (the JSON state query's 0/1 state accuracy) and `probability` (the letter read's state_prob):
+  the per-user differences measured between real prompts on the evidence design (hand - seed,
+  default - seed, hand - default), each change centred on its mean, resampled with random signs;
+  a candidate with an effect gets + d. The same scores the same way for both scorings, so their
+  powers compare.
 
     .venv/bin/python benchmarks/gate_calibration.py --out benchmarks/results/gate_calibration.json
 """
@@ -61,6 +68,8 @@ SIZES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 SIZES["registration"] = SIZES["selection"]
+MEASURED = {(4, 2), (10, 2), (16, 2), (16, 4)}  # (users, cycles) of the measured models
+CHANGES = ("hand-seed", "default-seed", "hand-default")  # real prompt changes measured
 
 
 def base_rates(path: Path) -> list[float]:
@@ -87,19 +96,81 @@ class Draws:
         hits = self.rng.binomial(self.pairs, np.clip(p + effect, 0.0, 1.0))
         return {f"u{i}": float(h) / self.pairs for i, h in enumerate(hits)}
 
+    def baseline(self, p: np.ndarray) -> dict[str, float]:
+        """The current prompt's (the seed's) scores: an independent draw."""
+        return self.scores(p)
+
+    def candidate(self, p: np.ndarray, effect: float = 0.0) -> dict[str, float]:
+        """A candidate's scores: an independent draw, right with the rate + `effect`."""
+        return self.scores(p, effect)
+
+
+class MeasuredDifferences:
+    """Per-user differences resampled from those measured between real prompts.
+
+    `pool`: the per-user differences of real prompt changes, each change centred on its own mean
+    (so the pool has the spread of real changes and no effect). A candidate's difference from
+    the baseline is a draw from the pool with a random sign (+ the effect); candidates are drawn
+    independently of each other (real candidates share the baseline's draw, which correlates
+    them: this model ignores that).
+    """
+
+    def __init__(self, pool: list[float], seed: int):
+        self.pool = np.asarray(pool)
+        self.rng = np.random.default_rng(seed)
+
+    def users(self, n: int) -> np.ndarray:
+        return np.full(n, 0.5)
+
+    def baseline(self, p: np.ndarray) -> dict[str, float]:
+        return {f"u{i}": float(v) for i, v in enumerate(p)}
+
+    def candidate(self, p: np.ndarray, effect: float = 0.0) -> dict[str, float]:
+        d = self.rng.choice(self.pool, size=p.size) * self.rng.choice([-1.0, 1.0], size=p.size)
+        return {f"u{i}": float(v) for i, v in enumerate(p + d + effect)}
+
+
+def effect_scale(path: Path, scoring: str, changes: list[str]) -> float:
+    """How far `scoring` moves for a change that moves the JSON read's 0/1 accuracy by 1.
+
+    The ratio of the summed mean changes (`changes` and oracle - seed) under `scoring` to those
+    under `json 0/1`: a probability moves less than a 0/1 for the same change of prompt.
+    """
+    data = json.loads(path.read_text())
+
+    def moved(name: str) -> float:
+        scored = data["scorings"][name]["changes"]
+        return sum(abs(scored[c]["mean"]) for c in [*changes, "oracle-seed"])
+
+    return moved(scoring) / moved("json 0/1")
+
+
+def measured_pool(path: Path, scoring: str, changes: list[str]) -> list[float]:
+    """The centred per-user differences of `changes` under `scoring` (state_prob_power.json)."""
+    data = json.loads(path.read_text())
+    read, field = data["scorings"][scoring]["read"], data["scorings"][scoring]["score"]
+    pool: list[float] = []
+    for change in changes:
+        a, b = change.split("-")
+        cond, base = data["values"][a][read][field], data["values"][b][read][field]
+        diffs = [cond[u] - base[u] for u in cond if cond[u] is not None and base.get(u) is not None]
+        mean = sum(diffs) / len(diffs)
+        pool += [d - mean for d in diffs]
+    return pool
+
 
 # ------------------------------------------------------------------ the stages
 
 
-def screen_once(draws: Draws, users: int, candidates: int, effect: float) -> dict[str, bool]:
+def screen_once(draws: Any, users: int, candidates: int, effect: float) -> dict[str, bool]:
     """One screen: the gate's choice and the old rule's, on one set of draws."""
     from memloop.optimize.playbook import PlaybookEvolver, PlaybookSettings
 
     p = draws.users(users)
-    values = {"current": draws.scores(p)}
+    values = {"current": draws.baseline(p)}
     for j in range(candidates):
         last = j == candidates - 1
-        values[f"c{j}"] = draws.scores(p, effect if last else 0.0)
+        values[f"c{j}"] = draws.candidate(p, effect if last else 0.0)
 
     def screen(prompts: dict[str, str]) -> Any:
         by_user = values[prompts["writer"]]
@@ -126,13 +197,16 @@ def screen_once(draws: Draws, users: int, candidates: int, effect: float) -> dic
     }
 
 
-def cycle_records(draws: Draws, users: int, cycles: int, effect: float) -> list[Any]:
+def cycle_records(draws: Any, users: int, cycles: int, effect: float) -> list[Any]:
     from memloop.optimize.cycles import CycleRecord, SplitResult
 
     p = draws.users(users)
     records = []
     for k in range(cycles):
-        by_user = draws.scores(p, effect if k == cycles - 1 and k > 0 else 0.0)
+        if k == 0:
+            by_user = draws.baseline(p)
+        else:
+            by_user = draws.candidate(p, effect if k == cycles - 1 else 0.0)
         split = SplitResult(
             users=users,
             memory_score=None,
@@ -148,7 +222,7 @@ def cycle_records(draws: Draws, users: int, cycles: int, effect: float) -> list[
     return records
 
 
-def selection_once(draws: Draws, users: int, cycles: int, effect: float) -> dict[str, bool]:
+def selection_once(draws: Any, users: int, cycles: int, effect: float) -> dict[str, bool]:
     from memloop.optimize.cycles import best_alias_cycle, select_cycle
 
     records = cycle_records(draws, users, cycles, effect)
@@ -178,7 +252,16 @@ def rate(hits: int, runs: int) -> dict[str, float]:
     return {"rate": p, "ci95": [max(0.0, centre - half), min(1.0, centre + half)]}
 
 
-def run_stage(stage: str, size: dict[str, Any], draws: Draws, null_runs: int, power_runs: int):
+def run_stage(
+    stage: str,
+    size: dict[str, Any],
+    draws: Any,
+    null_runs: int,
+    power_runs: int,
+    scoring: str = "binary",
+    model: str = "binomial",
+    scale: float = 1.0,
+):
     users = size["users"]
     if stage == "screen":
         once = lambda effect: screen_once(draws, users, size["candidates"], effect)  # noqa: E731
@@ -189,15 +272,17 @@ def run_stage(stage: str, size: dict[str, Any], draws: Draws, null_runs: int, po
     null = [once(0.0) for _ in range(null_runs)]
     power = {}
     old_power = {}
-    for effect in EFFECTS:
-        found = [once(effect) for _ in range(power_runs)]
+    for effect in EFFECTS:  # the change that moves 0/1 state accuracy by `effect`
+        found = [once(effect * scale) for _ in range(power_runs)]
         power[f"{effect:.2f}"] = rate(sum(f[f"{key}_found"] for f in found), power_runs)
         old_power[f"{effect:.2f}"] = rate(sum(f["old_found"] for f in found), power_runs)
     return {
         "stage": stage,
-        "scoring": "binary",
+        "scoring": scoring,
+        "model": model,
         "sizes": {k: v for k, v in size.items() if k != "where"} | {"pairs_per_user": PAIRS},
         "where": size["where"],
+        "effect_scale": scale,  # the effects on this scoring's scale: EFFECTS x scale
         "null_runs": null_runs,
         "power_runs": power_runs,
         "false_accept": rate(sum(n[key] for n in null), null_runs),
@@ -214,19 +299,28 @@ def run_stage(stage: str, size: dict[str, Any], draws: Draws, null_runs: int, po
 
 def table(stages: list[dict[str, Any]]) -> str:
     head = (
-        "| stage | sizes | false accepts (gate) | power +0.10 | power +0.15 | "
-        "false accepts (before) | power +0.10 (before) |\n|---|---|---|---|---|---|---|\n"
+        "| stage | scores | sizes | false accepts (gate) | power +0.10 | power +0.15 | "
+        "false accepts (before) | power +0.10 (before) |\n|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for s in stages:
         sizes = ", ".join(f"{k} {v}" for k, v in s["sizes"].items() if k != "pairs_per_user")
         rows.append(
-            f"| {s['stage']} | {sizes} ({s['where']}) | {s['false_accept']['rate']:.3f} | "
+            f"| {s['stage']} | {s['scoring']} ({s['model']}) | {sizes} ({s['where']}) | "
+            f"{s['false_accept']['rate']:.3f} | "
             f"{s['power']['0.10']['rate']:.3f} | {s['power']['0.15']['rate']:.3f} | "
             f"{s['before']['false_accept']['rate']:.3f} | "
             f"{s['before']['power']['0.10']['rate']:.3f} |"
         )
     return head + "\n".join(rows)
+
+
+# the sizes the measured-difference models run at (the shipped ones and what would be needed)
+MEASURED_SIZES: dict[str, list[dict[str, Any]]] = {
+    "screen": [s for s in SIZES["screen"] if s["users"] in (2, 16)],
+    "selection": [s for s in SIZES["selection"] if (s["users"], s["cycles"]) in MEASURED],
+    "registration": [s for s in SIZES["selection"] if (s["users"], s["cycles"]) in MEASURED],
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,46 +334,71 @@ def main(argv: list[str] | None = None) -> int:
         help="the evidence benchmark's results (the per-user rates)",
     )
     parser.add_argument(
+        "--measured",
+        default=str(ROOT / "benchmarks" / "results" / "state_prob_power.json"),
+        help="state_prob_power.py's results (per-user differences of real prompt changes)",
+    )
+    parser.add_argument(
         "--out", default=str(ROOT / "benchmarks" / "results" / "gate_calibration.json")
     )
     args = parser.parse_args(argv)
     if args.null_runs < 1 or args.power_runs < 1:
         parser.error("--null-runs and --power-runs must be at least 1")
     started = time.perf_counter()
-    rates = base_rates(Path(args.evidence))
-    draws = Draws(rates, PAIRS, args.seed)
+    user_rates = base_rates(Path(args.evidence))
+    models: list[tuple[str, str, Any, dict[str, list[dict[str, Any]]], float]] = [
+        ("binary", "binomial", Draws(user_rates, PAIRS, args.seed), SIZES, 1.0)
+    ]
+    measured = Path(args.measured)
+    pools: dict[str, int] = {}
+    if measured.is_file():
+        for scoring, name in (("binary", "json 0/1"), ("probability", "letters P")):
+            pool = measured_pool(measured, name, list(CHANGES))
+            pools[scoring] = len(pool)
+            draws = MeasuredDifferences(pool, args.seed)
+            scale = effect_scale(measured, name, list(CHANGES))
+            models.append((scoring, "measured differences", draws, MEASURED_SIZES, scale))
     stages = []
-    for stage, sizes in SIZES.items():
-        for size in sizes:
-            result = run_stage(stage, size, draws, args.null_runs, args.power_runs)
-            stages.append(result)
-            rates = (
-                result["false_accept"]["rate"],
-                result["before"]["false_accept"]["rate"],
-                result["power"]["0.10"]["rate"],
-                result["power"]["0.15"]["rate"],
-            )
-            print(
-                f"{stage:12s} {result['sizes']}: false accepts {rates[0]:.3f} (before "
-                f"{rates[1]:.3f}), power +0.10 {rates[2]:.3f}, +0.15 {rates[3]:.3f}",
-                flush=True,
-            )
+    for scoring, model, draws, sizes, scale in models:
+        for stage, at in sizes.items():
+            for size in at:
+                result = run_stage(
+                    stage, size, draws, args.null_runs, args.power_runs, scoring, model, scale
+                )
+                stages.append(result)
+                shown = (
+                    result["false_accept"]["rate"],
+                    result["before"]["false_accept"]["rate"],
+                    result["power"]["0.10"]["rate"],
+                    result["power"]["0.15"]["rate"],
+                )
+                print(
+                    f"{stage:12s} {scoring:11s} {model:20s} {result['sizes']}: false accepts "
+                    f"{shown[0]:.3f} (before {shown[1]:.3f}), power +0.10 {shown[2]:.3f}, "
+                    f"+0.15 {shown[3]:.3f}",
+                    flush=True,
+                )
     out = {
         "commit": commit(),  # embedded_cost.py's: sha, dirty, changed files
         "design": {
-            "scores": "binary: each user's score is the share right of its state pairs",
-            "pairs_per_user": PAIRS,
-            "user_rates": "per-user state accuracies of the evidence benchmark's test users "
-            "(seed, evolved, default, hand prompts)",
-            "user_rates_n": len(rates),
+            "binomial": "binary scores: each user's score is the share right of its "
+            f"{PAIRS} state pairs, each right with the user's own rate (drawn from the "
+            f"{len(user_rates)} per-user state accuracies of the evidence benchmark's test users "
+            "under its seed, evolved, default and hand prompts); a changed prompt is right with "
+            "the rate + the effect (capped at 1)",
+            "measured differences": "per-user differences of real prompt changes ("
+            + ", ".join(CHANGES)
+            + ", state_prob_power.json), each change centred on its mean, resampled with random "
+            "signs; + the effect for the changed candidate. binary: the JSON state query's 0/1 "
+            "state accuracy; probability: the letter read's state_prob",
+            "pool_sizes": pools,
             "effects": list(EFFECTS),
-            "effect_model": "the changed prompt answers each pair right with the user's rate + "
-            "the effect (capped at 1)",
+            "effects_mean": "the change of prompt that moves the JSON read's 0/1 state accuracy "
+            "by that much; on the probability scale it moves state_prob by effect x "
+            "effect_scale (the measured ratio of mean changes, state_prob_power.json)",
             "gate": "exact sign-flip test, two-sided 0.05 / the number of candidates chosen "
             "among; improved = p <= level and mean > 0",
             "seed": args.seed,
-            "probability_scoring": "not measured here yet: it needs per-pair probabilities from "
-            "real runs (state_prob)",
         },
         "stages": stages,
         "max_false_accept": max(s["false_accept"]["rate"] for s in stages),

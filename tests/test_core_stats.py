@@ -217,9 +217,37 @@ def test_power_command_prints_users_or_detectable_effect(capsys):
     assert "0.1499" in out
 
 
+def test_power_plans_on_a_designs_measured_sd(tmp_path, capsys):
+    import json
+
+    from memloop.experiments.cli import main
+
+    design = tmp_path / "design.json"
+    design.write_text(
+        json.dumps(
+            {
+                "scorings": {
+                    "json 0/1": {"planning_sd": 0.26, "planning_sd_of": "the largest SD"},
+                    "letters P": {"planning_sd": 0.12, "planning_sd_of": "the largest SD"},
+                }
+            }
+        )
+    )
+    argv = ["power", "--planning", str(design), "--scoring", "letters P", "--users", "10"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"minimum detectable effect: {detectable_effect(10, 0.12):.4g} with 10")
+    assert f"SD of the per-user differences 0.12: letters P, the largest SD, from {design}" in out
+    assert main([*argv[:4], "P", "--users", "10"]) == 2
+    assert "--scoring 'P': " + str(design) + " has 'json 0/1', 'letters P'" in (
+        capsys.readouterr().err
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["--effect", "0.1"], "give either --sd or --planning"),
         (["--sd", "0.2"], "give either --effect"),
         (["--sd", "0.2", "--effect", "0.1", "--users", "8"], "give either --effect"),
         (["--sd", "0", "--effect", "0.1"], "SD must be a positive number"),

@@ -57,7 +57,7 @@ class Exported:
     run_id: str | None  # the MLflow run id (None for a folder)
     policy: str  # the policy type (awi, awe, ...)
     cycle: int
-    rule: str  # why this cycle: "best val_<objective>", "last cycle ...", "--cycle N"
+    rule: str  # why this cycle: the selection's rule (the seed unless improved), or "--cycle N"
     objective: str | None
     val_objective: float | None
     test_objective: float | None

@@ -20,8 +20,8 @@ from pathlib import Path
 from memloop.environment.data import UserItem
 from memloop.environment.episode import PolicyFactory, requests_sent, run_episodes
 from memloop.feedback.probes import ProbeSettings, StateProber
-from memloop.feedback.records import QuestionRecord
-from memloop.feedback.report import cost_by_component, usage_by_component
+from memloop.feedback.records import QuestionRecord, StateRead
+from memloop.feedback.report import collect_reads, cost_by_component, usage_by_component
 from memloop.feedback.scoring import state_accuracy
 from memloop.llm.client import ChatClient
 
@@ -34,6 +34,10 @@ class Screening:
     requests: int  # requests sent to the endpoint (0 on a rerun)
     cost_usd: float | None = None  # dollars of those tokens; None: no call had a price
     by_user: dict[str, float | None] = field(default_factory=dict)  # each user's state accuracy
+    # with the letter read: each user's state_prob (None: no probability), and the whole's
+    prob_by_user: dict[str, float | None] = field(default_factory=dict)
+    state_prob: float | None = None
+    tokens_by_component: dict[str, int] = field(default_factory=dict)  # memory writes, reads
 
 
 def replay_screen(
@@ -71,9 +75,13 @@ def replay_screen(
         ]
         for e in episodes
     }
-    accuracy = state_accuracy([q for user in by_user.values() for q in user])
+    reads = {e.user_id: collect_reads(e.records) for e in episodes}
+    accuracy = state_accuracy(
+        [q for user in by_user.values() for q in user], [r for rs in reads.values() for r in rs]
+    )
     records = [r for e in episodes for r in e.records]
-    tokens = sum(usage_by_component(records).values())
+    components = usage_by_component(records)
+    tokens = sum(components.values())
     cost = cost_by_component(records)
     requests = requests_sent(episodes)
     return Screening(
@@ -82,11 +90,14 @@ def replay_screen(
         tokens=tokens,
         requests=requests,
         cost_usd=sum(cost.values()) if cost else None,
-        by_user={user: _accuracy(questions) for user, questions in by_user.items()},
+        by_user={user: _accuracy(qs, reads[user]) for user, qs in by_user.items()},
+        prob_by_user={user: state_accuracy(qs, reads[user]).prob for user, qs in by_user.items()},
+        state_prob=accuracy.prob,
+        tokens_by_component=components,
     )
 
 
-def _accuracy(records: list[QuestionRecord]) -> float | None:
-    """The state accuracy of `records`; None without a (question, variable) pair."""
-    accuracy = state_accuracy(records)
+def _accuracy(records: list[QuestionRecord], reads: list[StateRead]) -> float | None:
+    """The state accuracy of `records` (or of their letter `reads`); None without a pair."""
+    accuracy = state_accuracy(records, reads)
     return accuracy.accuracy if accuracy.pairs else None

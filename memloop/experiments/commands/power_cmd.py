@@ -17,9 +17,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     power.add_argument(
         "--sd",
         type=float,
-        required=True,
         help="SD across users of what is averaged: the per-user difference condition - baseline "
         "(or the measure itself, for one mean)",
+    )
+    power.add_argument(
+        "--planning",
+        metavar="JSON",
+        help="instead of --sd: a design's measured SDs of real prompt changes "
+        "(benchmarks/results/state_prob_power.json), read for --scoring",
+    )
+    power.add_argument(
+        "--scoring",
+        help="with --planning: the scoring whose SD to plan on (e.g. 'json 0/1', 'letters P')",
     )
     power.add_argument("--effect", type=float, help="the true mean difference to detect")
     power.add_argument("--users", type=int, help="the number of users available")
@@ -36,9 +45,14 @@ def cmd_power(args: argparse.Namespace) -> int:
         raise UserError(
             "give either --effect (to get the users needed) or --users (to get the effect)"
         )
+    if (args.sd is None) == (args.planning is None):
+        raise UserError("give either --sd or --planning FILE --scoring NAME")
+    source = ""
+    if args.planning is not None:
+        args.sd, source = planning_sd(args.planning, args.scoring)
     setting = (
         f"(paired t test, two-sided alpha {args.alpha:g}, power {args.power:g}, "
-        f"SD of the per-user differences {args.sd:g})"
+        f"SD of the per-user differences {args.sd:.4g}{source})"
     )
     try:
         if args.effect is not None:
@@ -53,3 +67,27 @@ def cmd_power(args: argparse.Namespace) -> int:
         raise UserError(f"power: {exc}") from None
     print(setting)
     return 0
+
+
+def planning_sd(path: str, scoring: str | None) -> tuple[float, str]:
+    """(the planning SD of `scoring` in a design's results file, where it comes from)."""
+    import json
+    from pathlib import Path
+
+    from memloop.core.errors import UserError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        scorings = data["scorings"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"--planning {path}: not a design's results file with 'scorings' ({exc})"
+        ) from None
+    names = ", ".join(repr(k) for k in scorings)
+    if scoring not in scorings:
+        raise UserError(f"--scoring {scoring!r}: {path} has {names}")
+    entry = scorings[scoring]
+    sd = entry.get("planning_sd")
+    if not isinstance(sd, int | float) or sd <= 0:
+        raise UserError(f"--planning {path}: {scoring!r} has no planning SD")
+    return float(sd), f": {scoring}, {entry.get('planning_sd_of', 'measured')}, from {path}"
