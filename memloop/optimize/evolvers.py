@@ -49,8 +49,7 @@ vaguely, and rewrite the instructions so that such information is captured preci
 
 Rules:
 - Keep the instructions general: they must help with any user, not only this one. Name kinds of \
-information (e.g. "current living situation", "how often they do X"), never this user's specific \
-values.
+information the user states about themselves, never this user's specific values.
 - Keep what already works; be concrete about what to record and how to update it.
 - Make at least one concrete change that answers the feedback: a copy of the current instructions \
 is of no use.
@@ -90,8 +89,8 @@ the memory captures the kinds of user information the feedback shows it missed, 
 stored too vaguely.
 
 Rules:
-- General rules about kinds of information (e.g. "Record how often the user travels"), never this \
-user's specific values.
+- General rules about kinds of information the user states about themselves, never this user's \
+specific values.
 - Do not repeat a rule the instructions already have.
 - Do not describe output formats or JSON."""
 

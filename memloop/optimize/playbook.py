@@ -82,9 +82,9 @@ feedback of an evaluation, propose exactly ONE change to that list:
 - ADD: a new rule (id: "new"), one sentence of at most {max_words} words;
 - EDIT: rewrite the rule with the given id, one sentence;
 - REMOVE: delete the rule with the given id (rule: "").
-Rules must hold for any user: name kinds of information ("the user's current city", "how often \
-they exercise"), never one user's values. Prefer fixing what the feedback shows was missed, kept \
-stale or stored vaguely; a rule counted harmful more often than helpful is a good one to remove.
+Rules must hold for any user: name kinds of information the user states about themselves, never \
+one user's values. Prefer fixing what the feedback shows was missed, kept stale or stored \
+vaguely; a rule counted harmful more often than helpful is a good one to remove.
 Answer with JSON: {{"op": "ADD" | "EDIT" | "REMOVE", "id": "...", "rule": "..."}}."""
 
 DELTA_USER = """Step: {name}
