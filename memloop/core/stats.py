@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -359,15 +360,8 @@ class GateResult:
         }
 
     def __str__(self) -> str:
-        """`inconclusive: +0.050 [-0.10,+0.20] p=0.375 n=4 up/tied/down 2/1/1; detects 0.31`."""
-        text = f"{self.verdict.value}: {self.paired}"
-        if self.verdict is Verdict.TOO_FEW:
-            text += f" (a decision at level {self.level:.3g} needs {self.min_users})"
-        elif self.comparisons > 1:
-            text += f" (level {self.level:.3g}: {self.comparisons} candidates)"
-        if self.detectable is not None:
-            text += f"; detects {self.detectable:.2f}"
-        return text
+        """The decision in one line, as stored decisions print (`decision_text`)."""
+        return decision_text(self.to_dict())
 
 
 def gate(
@@ -401,14 +395,12 @@ def gate(
     need = min_users(level)
     paired = Paired.of_differences(list(diffs))
     n = paired.n
-    observed_sd = None
-    if n >= 2:
-        mean = sum(diffs) / n
-        observed_sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    use_sd, source = (sd, "planning") if sd is not None else (observed_sd, "observed")
-    detectable = None
-    if use_sd is not None and use_sd > TIE and n >= 2:
-        detectable = _unit_detectable(n, level) * use_sd
+    observed_sd = statistics.stdev(diffs) if n >= 2 else None
+    source: str | None = "planning" if sd is not None else "observed"
+    use_sd = sd if sd is not None else observed_sd
+    if use_sd is None or use_sd <= TIE:  # no spread to plan on: no detectable effect
+        use_sd = source = None
+    detectable = _unit_detectable(n, level) * use_sd if use_sd is not None and n >= 2 else None
     p_not_worse = None
     if margin is not None and n:
         p_not_worse = sign_flip_p([d + margin for d in diffs], alternative="greater")
@@ -428,8 +420,8 @@ def gate(
         min_users=need,
         margin=margin,
         p_not_worse=p_not_worse,
-        sd=use_sd if use_sd is not None and use_sd > TIE else None,
-        sd_source=source if use_sd is not None and use_sd > TIE else None,
+        sd=use_sd,
+        sd_source=source,
         detectable=detectable,
     )
 

@@ -292,6 +292,23 @@ def ask_state(item: UserItem, q: int, policy: Policy, record: QuestionRecord) ->
     fill_state(record, *query_state(item, list(item.qas[q].required_info), policy))
 
 
+def period_reads(
+    item: UserItem, period: int, policy: Policy, settings: ProbeSettings
+) -> list[StateRead] | None:
+    """The period's letter reads (`read_state`), or None with the JSON read (asked per question)."""
+    return read_state(item, period, policy, settings) if settings.state_read == "letters" else None
+
+
+def answer_state(
+    item: UserItem, q: int, policy: Policy, record: QuestionRecord, reads: list[StateRead] | None
+) -> None:
+    """Question `q`'s state answers: its JSON query, or (letter read) the period's `reads`."""
+    if reads is None:
+        ask_state(item, q, policy, record)
+    else:
+        fill_from_reads(record, reads)
+
+
 NOT_ASKED = "not asked: a state-only screening"
 
 
@@ -310,35 +327,25 @@ class StateProber:
     def __call__(
         self, item: UserItem, period: int, policy: Policy, record: PeriodRecord
     ) -> dict[str, Any]:
-        if self.settings.state_read == "letters":
-            reads = read_state(item, period, policy, self.settings)
-            questions = []
-            for q in range(len(item.qas)):
-                rec = base_record(item, period, q)
-                rec.json_error = NOT_ASKED
-                fill_from_reads(rec, reads)
-                questions.append(rec.model_dump(mode="json"))
-            return {
-                "questions": questions,
-                "state_reads": [r.model_dump(mode="json") for r in reads],
-                "memory_view": policy.memory_view(),
-                "unwritten_messages": policy.unwritten_messages(),
-            }
         # one query per question, as the evaluation asks it: one query for all of a period's
         # variables costs a third fewer tokens but, on the embedded 0.5B model, answered 0.47
         # where the evaluation's queries answered 0.64 (benchmarks/README.md): a screen that
         # disagrees with the evaluation is no screen
+        reads = period_reads(item, period, policy, self.settings)
         questions = []
         for q in range(len(item.qas)):
             rec = base_record(item, period, q)
             rec.json_error = NOT_ASKED
-            ask_state(item, q, policy, rec)
+            answer_state(item, q, policy, rec, reads)
             questions.append(rec.model_dump(mode="json"))
-        return {
+        out: dict[str, Any] = {
             "questions": questions,
             "memory_view": policy.memory_view(),
             "unwritten_messages": policy.unwritten_messages(),
         }
+        if reads is not None:
+            out["state_reads"] = [r.model_dump(mode="json") for r in reads]
+        return out
 
 
 @dataclass
@@ -364,8 +371,7 @@ class Prober:
     def __call__(
         self, item: UserItem, period: int, policy: Policy, record: PeriodRecord
     ) -> dict[str, Any]:
-        letters = self.settings.state_read == "letters"
-        reads = read_state(item, period, policy, self.settings) if letters else None
+        reads = period_reads(item, period, policy, self.settings)
         questions = [
             self.question(item, period, q, policy, reads).model_dump(mode="json")
             for q in range(len(item.qas))
@@ -404,10 +410,7 @@ class Prober:
         if record.chosen_index is None:
             record.json_error = mc.json_error or f"answer out of range: {mc.text[:80]!r}"
 
-        if reads is None:
-            ask_state(item, q, policy, record)
-        else:  # the letter reads of the period answer every question's variables
-            fill_from_reads(record, reads)
+        answer_state(item, q, policy, record, reads)
 
         facts = "\n".join(f"- {words(v)}: {words(val)}" for v, val in record.true_values.items())
         options = _options(choices)

@@ -210,16 +210,9 @@ class PlaybookEvolver:
                     problems.append(problem)
                 elif all(candidate != c for c, _ in options):
                     options.append((candidate, change))
-            chosen, note = self._choose(name, base, options, screen)
+            chosen, note = self._choose(name, base, options, screen, cycle)
             if note[3] is not None:
-                step.decisions.append(
-                    gate_log.entry(
-                        "screen",
-                        f"cycle {cycle} {name}: best of {len(options)} candidates vs current",
-                        note[3].pop("users"),
-                        note[3],
-                    )
-                )
+                step.decisions.append(note[3])
             screened_tokens += note[1]
             screened_cost = add_costs(screened_cost, note[2])
             if chosen is None:
@@ -293,8 +286,9 @@ class PlaybookEvolver:
         base: dict[str, str],
         options: list[tuple[str, str]],
         screen: Callable[[dict[str, str]], Any] | None,
+        cycle: int = 0,
     ) -> tuple[tuple[str, str] | None, tuple[str, int, float | None, dict[str, Any] | None]]:
-        """(the option to take or None, (a note, screening tokens, their cost, the gate's verdict)).
+        """(the option to take or None, (a note, screening tokens, their cost, the gate log entry)).
 
         Without a screen (or with one option and no screen) the first usable option. With a screen
         each option and the current prompt are replayed on the training users; the option with
@@ -333,7 +327,12 @@ class PlaybookEvolver:
         mine = {u: v for u, v in best[0].by_user.items() if v is not None}
         theirs = {u: v for u, v in current.by_user.items() if v is not None}
         decision = gate_of(mine, theirs, comparisons=len(options))
-        stored = {**decision.to_dict(), "users": sorted(set(mine) & set(theirs))}
+        stored = gate_log.entry(
+            "screen",
+            f"cycle {cycle} {name}: best of {len(options)} candidates vs current",
+            sorted(set(mine) & set(theirs)),
+            decision.to_dict(),
+        )
         verdict = decision.verdict
         said = f"replay screen {shown} vs current {now}: gate {verdict.value}"
         if verdict is Verdict.IMPROVED:
