@@ -1,31 +1,39 @@
-"""Evidence that evolution works: a positive control on the embedded models (issue 27, item 5).
+"""Evidence that evolution works: a positive control on the embedded models (issues 27 and 42).
 
-The question, fixed before any run: **does memloop's evolution loop, started from a deliberately
-weak memory-write prompt, find a writer that stores the user's facts?** A loop that cannot do
-that here, where the headroom is large and known, cannot be trusted to find subtler gains.
+The question, fixed before any run: **does memloop's evolution loop, started from a memory-write
+prompt that is weak by omission, find a writer that stores the user's facts?** A loop that
+cannot do that here, where the headroom is large and known, cannot be trusted to find subtler
+gains. The first run of this control (issue 27's design, commit befed67) failed: +0.013
+[-0.103, +0.128] on 10 test users. This is its pre-registered rerun (issue 42): the DESIGN dict
+below was fixed before the run, its JSON/figure/text come from one run on a clean clone.
 
-Design (the DESIGN dict below, fixed before the first run; the seed was chosen without looking at
-any outcome and is not to be changed after seeing one):
-- procedural environment, 16 users, 4 values per state (chance 0.25), 1 change per period, 2
-  periods (the initial one and one update, so a value written early must still be read later),
-  2 questions x 2 required variables;
-- one-round scripted sessions: each user turn is the environment's own opening message; the
-  assistant's reply sees only that message (`reply_memory: false`), so the conversation does not
-  depend on the write prompt: it is recorded once and every prompt is scored by replaying it
-  (identical to an on-policy run, tests/test_replay_real.py);
-- AWI with no raw buffer (update_freq 2, short_term_len 0): every turn goes through the writer,
-  and the state queries read written memory only, so state accuracy measures the writer;
-- writer and reader on the embedded 1.5B model; the playbook evolver (one-sentence rules, each
-  screened by replaying the training users' conversations) with the 1.5B model as optimizer,
-  complete feedback, 2 cycles, objective state accuracy; the recall checker on the 0.5B model;
-- users: 2 training (feedback), 4 validation (the cycle the evolved arm stands for is chosen on
-  them alone), 10 test (the headline: nothing is chosen on them);
-- arms on the same 10 test users and the same recorded conversations: `seed` (the weak prompt),
-  `evolved` (the selected cycle's prompt), `default` (memloop's AWI writer prompt), `hand` (a
-  hand-improved prompt), `oracle` (memory = the conversation verbatim: the native policy),
-  `no_memory` (a writer that never runs);
-- paired differences with n, mean, t 95% interval, exact sign-flip p and users up / tied / down;
-  the minimum detectable effect at 80% power from the measured per-user spread.
+Design:
+- procedural environment, 30 users, 4 values per state (chance 0.25), 1 change per period, 2
+  periods (the initial one and one update), 2 questions x 2 required variables;
+- one-round scripted sessions: the assistant's reply sees only the user's opening message
+  (`reply_memory: false`), so the conversation does not depend on the write prompt: it is
+  recorded once and every prompt is scored by replaying it (tests/test_replay_real.py);
+- AWI with no raw buffer (update_freq 2, short_term_len 0): the state reads see written memory
+  only, so they measure the writer;
+- the measure: the letter read of every state variable (`probes: {state_read: letters,
+  state_probes: all}`): per user the mean probability of the true value (`state_prob`, finer than
+  0/1 accuracy: benchmarks/state_prob_power.py), and state accuracy beside it;
+- the loop: the `edits` evolver (optimize/edits.py: edit operators chosen from named write
+  failures, a validator, a tabu memory; the 1.5B optimizer only fills one short slot, a list of
+  kinds of information), 4 evolution steps (5 cycles),
+  complete feedback with named failures, each step's candidates screened by replay on the
+  training users; objective state_prob; the run's selection on validation users by the gate
+  (a cycle replaces the seed only when the gate says `improved`);
+- users: 4 training, 10 validation, 16 test (nothing is chosen on them);
+- arms on the same 16 test users and the same recorded conversations: `seed`, `evolved` (the
+  selected cycle's prompt), `default` (memloop's AWI writer prompt), `hand` (a hand-improved
+  prompt written before the first run), `verbatim` (the user's own messages stored as said: the
+  bar an evolved prompt should also beat), `oracle` (memory = the conversation verbatim: the
+  native policy), `no_memory` (a writer that never runs);
+- the primary comparison: evolved - seed on state_prob, decided by the gate (exact sign-flip,
+  two-sided 0.05); the others are reported with the same statistics. The smallest effect the
+  design detects at 80% power is stated before the run (DESIGN["planned_detectable"], from the
+  first run's per-user SD) and again from this run's measured SD.
 
 Outputs: benchmarks/results/evidence.json, evidence.png and evidence.md (the text the READMEs
 quote). Resumable: episodes are checkpointed and every model response is cached; a finished run
@@ -50,12 +58,13 @@ sys.path.insert(0, str(ROOT))
 EXPERIMENTS = ROOT / "memloop" / "experiments"
 RESULTS = ROOT / "benchmarks" / "results"
 
-# A deliberately weak writer: it keeps the topic of the conversation, not the user's facts.
+# Weak by omission: it asks for the topic of the conversation and says nothing of the user's
+# facts (the first run's seed also prohibited details; a prohibition is not an omission).
 SEED_PROMPT = (
     "You keep a short memory for an assistant. Write one label, topic, whose value names what "
-    "the latest conversation was about in two or three words. Do not record details."
+    "the latest conversation was about in two or three words."
 )
-# Improved by hand (written before any run; no user's value in it).
+# Improved by hand (written before the first run; no user's value in it).
 HAND_PROMPT = (
     "You keep the memory of a personal assistant about its user. For every fact the user states "
     "about their own life (work, schedule, home, money, plans, health, habits, preferences), "
@@ -67,16 +76,17 @@ HAND_PROMPT = (
 
 DESIGN: dict[str, Any] = {
     "question": "does the loop find a writer that stores the user's facts? (positive control)",
+    "preregistered": "issue 42, before the run; commit in the JSON",
     "procedural": {
-        "users": 16,
+        "users": 30,
         "periods": 1,
         "questions": 2,
         "states_per_question": 2,
         "choices_per_state": 4,
         "changes_per_period": 1,
-        "seed": 27,
+        "seed": 42,
     },
-    "splits": {"train": 2, "val": 4, "test": 10},
+    "splits": {"train": 4, "val": 10, "test": 16},
     "policy": {
         "type": "awi",
         "update_freq": 2,
@@ -85,25 +95,35 @@ DESIGN: dict[str, Any] = {
         "reply_max_tokens": 32,
     },
     "rounds": {"init": 1, "update": 1},
-    "evolver": "playbook",
+    "probes": {"state_read": "letters", "state_probes": "all"},
+    "evolver": "edits",
+    "evolver_settings": {"candidates": 4, "slot": True, "screen_takes": "explore"},
     "feedback_mode": "complete",
-    "cycles": 2,
-    "objective": "state_accuracy",
+    "cycles": 5,
+    "objective": "state_prob",
+    "measure": "state_prob",
     "models": {"agent": "local-1.5b", "optimizer": "local-1.5b", "checker": "local-0.5b"},
     "seed_prompt": SEED_PROMPT,
     "hand_prompt": HAND_PROMPT,
-    "arms": ["seed", "evolved", "default", "hand", "oracle", "no_memory"],
+    "arms": ["seed", "evolved", "default", "hand", "verbatim", "oracle", "no_memory"],
+    "primary": ["evolved", "seed"],
     "comparisons": [
         ["evolved", "seed"],
         ["evolved", "default"],
         ["evolved", "hand"],
+        ["evolved", "verbatim"],
         ["hand", "seed"],
+        ["verbatim", "seed"],
         ["default", "seed"],
         ["oracle", "seed"],
         ["seed", "no_memory"],
     ],
+    # at 16 test users, 80% power, two-sided 0.05, with the first run's per-user SD of the
+    # evolved - seed differences in state accuracy (0.161): state_prob's SD is smaller
+    "planned_detectable": 0.12,
     "power": 0.8,
     "alpha": 0.05,
+    "max_hours": 2,
 }
 
 
@@ -146,6 +166,8 @@ def write_inputs(out: Path, endpoints: dict[str, str], tracking_uri: str) -> Pat
         "endpoints": endpoints,
         "feedback_modes": [DESIGN["feedback_mode"]],
         "evolvers": [DESIGN["evolver"]],
+        "settings": {DESIGN["evolver"]: DESIGN["evolver_settings"]},
+        "probes": DESIGN["probes"],
         "search": "episode",
         "objective": DESIGN["objective"],
         "cycles": DESIGN["cycles"],
@@ -171,6 +193,7 @@ def arm_configs(evolved: dict[str, str]) -> dict[str, tuple[Any, dict[str, str] 
         "evolved": (awi, evolved),
         "default": (awi, {"writer": AWI_WRITER_INSTRUCTIONS}),
         "hand": (awi, {"writer": HAND_PROMPT}),
+        "verbatim": (AWIConfig(**{**DESIGN["policy"], "verbatim": "user"}), None),
         "oracle": (
             NativeConfig(reply_memory=False, reply_max_tokens=DESIGN["policy"]["reply_max_tokens"]),
             None,
@@ -214,6 +237,7 @@ def score_arm(items, config, prompts, client, recording: Path, out: Path):
     from memloop.core.files import safe_name
     from memloop.environment.episode import finished_records
     from memloop.feedback.exposure import exposure_fields
+    from memloop.feedback.probes import ProbeSettings
     from memloop.optimize.replay_score import replay_screen
     from memloop.policies import build_policy
 
@@ -224,17 +248,19 @@ def score_arm(items, config, prompts, client, recording: Path, out: Path):
         recording,
         out,
         parallel_users=1,
+        probes=ProbeSettings(**DESIGN["probes"]),
     )
     raw_only, memories = [], []
     for item in items:
         records = finished_records(out / safe_name(item.id), item.num_periods)
         raw_only.append(exposure_fields(records)["state_raw_only_share"])
         memories.append(records[-1].probes["memory_view"])
-    return screening.by_user, raw_only, memories
+    return screening, raw_only, memories
 
 
 def paired_table(test: dict[str, dict[str, float]], same: dict[str, bool]) -> dict[str, Any]:
-    from memloop.core.stats import Paired
+    """Each comparison's paired statistics on the test users; the primary one with the gate."""
+    from memloop.core.stats import Paired, gate
 
     out: dict[str, Any] = {}
     for a, b in DESIGN["comparisons"]:
@@ -243,7 +269,41 @@ def paired_table(test: dict[str, dict[str, float]], same: dict[str, bool]) -> di
             out[key] = "same prompt"
             continue
         out[key] = Paired.of(test[a], test[b]).to_dict()
+        if [a, b] == DESIGN["primary"]:
+            users = sorted(set(test[a]) & set(test[b]))
+            out[key]["gate"] = gate([test[a][u] - test[b][u] for u in users]).to_dict()
     return out
+
+
+def stage_counts(run_dir: Path, cycles: int) -> dict[str, Any]:
+    """Per evolution step and in all: edits proposed and where they were refused or taken."""
+    from memloop.optimize.contract import EvolveStep
+
+    steps, total = [], {"proposed": 0, "validator": 0, "leak check": 0, "screen": 0, "gate": 0}
+    for k in range(cycles - 1):
+        path = run_dir / f"cycle_{k:02d}" / "evolve.json"
+        if not path.is_file():
+            continue
+        step = EvolveStep.model_validate_json(path.read_text())
+        refused: dict[str, int] = {}
+        for r in step.rejected:
+            refused[r["stage"]] = refused.get(r["stage"], 0) + 1
+        taken = sum(1 for name in step.prompts if name not in step.errors)
+        proposed = sum(refused.values()) + taken
+        steps.append(
+            {
+                "step": k,
+                "proposed": proposed,
+                "refused": refused,
+                "taken": taken,
+                "changes": step.changes,
+                "errors": step.errors,
+            }
+        )
+        total["proposed"] += proposed
+        for stage, n in refused.items():
+            total[stage] = total.get(stage, 0) + n
+    return {"steps": steps, "total": total}
 
 
 def figure(test: dict[str, dict[str, float]], path: Path) -> None:
@@ -255,7 +315,7 @@ def figure(test: dict[str, dict[str, float]], path: Path) -> None:
     from memloop.core.stats import t_interval
 
     arms = DESIGN["arms"]
-    fig, ax = plt.subplots(figsize=(7.5, 4))
+    fig, ax = plt.subplots(figsize=(8.5, 4))
     for i, arm in enumerate(arms):
         values = list(test[arm].values())
         mean = sum(values) / len(values)
@@ -275,9 +335,10 @@ def figure(test: dict[str, dict[str, float]], path: Path) -> None:
     )
     ax.set_xticks(range(len(arms)), arms)
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel("state accuracy (written memory only)")
+    ax.set_ylabel("P(true value), letter read of written memory")
     n = len(next(iter(test.values())))
     ax.set_title(f"Positive control: arms on the same {n} test users (mean, t 95%, users)")
+    ax.tick_params(axis="x", labelsize=8)
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -288,12 +349,17 @@ def summary_text(result: dict[str, Any]) -> str:
     """The paragraph README and benchmarks/README quote, from the numbers alone."""
     test, paired = result["test"], result["paired"]
     means = {arm: sum(v.values()) / len(v) for arm, v in test.items()}
+    accuracy = {arm: sum(v.values()) / len(v) for arm, v in result["test_accuracy"].items()}
     n = len(test["seed"])
     lines = [
-        f"Evidence benchmark (commit {result['commit'][:7]}, {result['seconds'] / 60:.0f} min): "
-        f"state accuracy on {n} test users (chance 0.25): "
+        f"Evidence benchmark (commit {result['commit'][:7]}, {result['seconds'] / 60:.0f} min, "
+        f"pre-registered design): mean P(true value) of the letter read on {n} test users "
+        "(chance 0.25): "
         + ", ".join(f"{arm} {means[arm]:.3f}" for arm in DESIGN["arms"])
-        + f". The loop selected cycle {result['selected_cycle']} on the validation users.",
+        + "; state accuracy: "
+        + ", ".join(f"{arm} {accuracy[arm]:.3f}" for arm in DESIGN["arms"])
+        + f". The run's selection (gate on {DESIGN['splits']['val']} validation users) kept "
+        f"cycle {result['selected_cycle']}: {result['selection']['rule']}.",
     ]
     for key, p in paired.items():
         if p == "same prompt":
@@ -302,19 +368,36 @@ def summary_text(result: dict[str, Any]) -> str:
         interval = (
             "no interval" if p["t95"] is None else f"[{p['t95'][0]:+.3f}, {p['t95'][1]:+.3f}]"
         )
+        gate = f", gate: {p['gate']['verdict']}" if "gate" in p else ""
         lines.append(
             f"- {key}: {p['mean']:+.3f} {interval}, sign-flip p = {p['sign_flip_p']:.3g}, "
-            f"n = {p['n']}, up/tied/down {p['up']}/{p['tied']}/{p['down']}"
+            f"n = {p['n']}, up/tied/down {p['up']}/{p['tied']}/{p['down']}{gate}"
         )
-    evolved = paired.get("evolved-seed")
-    if evolved == "same prompt":
-        verdict = "The positive control FAILED: the loop kept the seed prompt."
-    elif evolved["t95"] is not None and evolved["t95"][0] > 0:
-        verdict = "The positive control PASSED: the evolved prompt beats the seed on test users."
+    stages = result["stages"]["total"]
+    lines.append(
+        "Edits over {steps} steps: {proposed} proposed; refused by the validator {validator}, "
+        "the leak check {leak}, the screen {screen}, the gate {gate}.".format(
+            steps=len(result["stages"]["steps"]),
+            proposed=stages["proposed"],
+            validator=stages.get("validator", 0),
+            leak=stages.get("leak check", 0),
+            screen=stages.get("screen", 0),
+            gate=stages.get("gate", 0),
+        )
+    )
+    primary = paired.get("evolved-seed")
+    if primary == "same prompt":
+        verdict = (
+            "The positive control FAILED at the selection: no evolved cycle passed the gate on "
+            "the validation users, so the loop kept the seed prompt."
+        )
+    elif primary["gate"]["verdict"] == "improved":
+        verdict = "The positive control PASSED: the gate calls the evolved prompt better than "
+        verdict += "the seed on the test users."
     else:
         verdict = (
-            "The positive control FAILED: the evolved prompt's gain over the seed is not "
-            "distinguishable from zero on the test users."
+            "The positive control FAILED on the test users: the gate's verdict on evolved - "
+            f"seed is {primary['gate']['verdict']}."
         )
     lines.append(verdict)
     power = result["power"]
@@ -322,8 +405,9 @@ def summary_text(result: dict[str, Any]) -> str:
         lines.append("No paired difference varied across users: no detectable effect computed.")
     else:
         lines.append(
-            f"Minimum detectable effect at 80% power (two-sided 0.05, n = {n}, per-user SD of "
-            f"the {power['sd_of']} {power['sd']:.3f}): {power['mde']:.3f}."
+            f"Smallest effect detectable at 80% power (two-sided 0.05, n = {n}): planned "
+            f"{DESIGN['planned_detectable']:.2f}; from this run's per-user SD of the "
+            f"{power['sd_of']} ({power['sd']:.3f}): {power['mde']:.3f}."
         )
     return "\n".join(lines)
 
@@ -381,17 +465,20 @@ def main() -> int:
 
         # 3. every arm scored by replay on the same test users
         test: dict[str, dict[str, float]] = {}
+        test_accuracy: dict[str, dict[str, float]] = {}
         raw_only: dict[str, list] = {}
         memories: dict[str, list[str]] = {}
         same = {"evolved-seed": prompts == {"writer": SEED_PROMPT}}
         for arm, (cfg, arm_prompts) in arm_configs(prompts).items():
             if arm == "evolved" and same["evolved-seed"]:
-                test[arm] = dict(test["seed"])
+                test[arm], test_accuracy[arm] = dict(test["seed"]), dict(test_accuracy["seed"])
                 continue
             print(f"[{time.perf_counter() - started:.0f} s] scoring arm {arm}", flush=True)
-            test[arm], raw_only[arm], memories[arm] = score_arm(
+            screening, raw_only[arm], memories[arm] = score_arm(
                 test_items, cfg, arm_prompts, clients.agent, recording, out / "arms" / arm
             )
+            test[arm] = {u: v for u, v in screening.prob_by_user.items() if v is not None}
+            test_accuracy[arm] = {u: v for u, v in screening.by_user.items() if v is not None}
 
     diffs = [test["evolved"][u] - test["seed"][u] for u in test["seed"]]
     spread = [test["hand"][u] - test["seed"][u] for u in test["seed"]]
@@ -400,6 +487,7 @@ def main() -> int:
         {
             "cycle": c.cycle,
             "val_state_accuracy": c.splits["val"].state_accuracy if "val" in c.splits else None,
+            "val_state_prob": c.splits["val"].state_prob if "val" in c.splits else None,
             "train_state_accuracy": c.splits["train"].state_accuracy
             if "train" in c.splits
             else None,
@@ -415,7 +503,9 @@ def main() -> int:
         "cycles": cycles,
         "evolved_prompts": prompts,
         "test": test,
+        "test_accuracy": test_accuracy,
         "paired": paired_table(test, same),
+        "stages": stage_counts(outcome.run_dir, DESIGN["cycles"]),
         "state_raw_only_share": raw_only,
         "power": {
             "sd": sd,

@@ -21,7 +21,7 @@ from memloop.optimize.playbook import (
     rule_counts,
     split_playbook,
 )
-from memloop.testing import FakeOpenAIServer
+from memloop.testing import FakeOpenAIServer, scripted_screen
 
 CORE = "Record what the user says about themselves."
 SUMMARY = {"users": [{"states": {"home_city": "Lisbon"}}]}
@@ -159,7 +159,6 @@ def test_a_change_that_lowered_validation_is_reverted_before_the_next_delta(tmp_
 
 
 def test_sampled_candidates_are_screened_by_replay_and_the_gate_decides(tmp_path):
-    from types import SimpleNamespace
 
     rules = iter(
         ["Keep dates exact in memory.", "Note the user's job title.", "Keep dates exact in memory."]
@@ -168,21 +167,7 @@ def test_sampled_candidates_are_screened_by_replay_and_the_gate_decides(tmp_path
     def sampled(body):
         return json.dumps({"op": "ADD", "id": "new", "rule": next(rules)})
 
-    def screen_with(values):
-        """Screens answering {user: state accuracy} per call: current, then each candidate."""
-        seen = []
-
-        def screen(prompts):
-            seen.append(prompts["writer"])
-            by_user = values[len(seen) - 1]
-            return SimpleNamespace(
-                state_accuracy=sum(by_user.values()) / len(by_user),
-                by_user=by_user,
-                tokens=100,
-                cost_usd=None,
-            )
-
-        return screen, seen
+    screen_with = scripted_screen
 
     two = [{"u1": 0.5, "u2": 0.5}, {"u1": 0.5, "u2": 0.7}, {"u1": 0.625, "u2": 0.75}]
     with FakeOpenAIServer(reply=sampled) as server:
@@ -356,3 +341,51 @@ def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evalua
     assert screening.pairs == pairs
     # the same answers as the evaluation's state queries (the scripted policy's are fixed)
     assert screening.state_accuracy == pytest.approx(result.metrics["state_accuracy"])
+
+
+SEEDED = "You keep a short memory. Do not record details.\nWrite one label."
+
+
+@pytest.mark.parametrize(
+    ("delta", "core", "change"),
+    [
+        (
+            {"op": "REMOVE", "id": "s2", "rule": ""},
+            "You keep a short memory.\nWrite one label.",
+            "removed s2: Do not record details.",
+        ),
+        (
+            {"op": "EDIT", "id": "[s2]", "rule": "Record every fact the user states."},
+            "You keep a short memory. Record every fact the user states.\nWrite one label.",
+            "rewrote s2: Do not record details. -> Record every fact the user states.",
+        ),
+    ],
+)
+def test_nothing_is_fixed_a_starting_sentence_can_be_removed_or_rewritten(
+    tmp_path, delta, core, change
+):
+    with FakeOpenAIServer(reply=lambda body: json.dumps(delta)) as server:
+        evolver = PlaybookEvolver(client_for(server, tmp_path), candidates=1)
+        step = evolver.propose(given({"writer": SEEDED}, cycle=0))
+        sent = server.requests[0]["messages"][-1]["content"]
+    assert step.prompts["writer"] == core
+    assert change in step.changes["writer"]
+    # the request shows every sentence as an editable unit, none of them fixed
+    assert (
+        "[s1] You keep a short memory.\n[s2] Do not record details.\n[s3] Write one label." in sent
+    )
+    assert "fixed" not in sent.lower()
+
+
+def test_a_core_edit_is_checked_like_a_rule(tmp_path):
+    evolver = PlaybookEvolver(client=None)
+    leaks = LeakCheck(frozenset({"lisbon"}))
+    _, _, why = evolver.edit_core(
+        SEEDED, {"op": "EDIT", "id": "s1", "rule": "Remember the flat in Lisbon."}, leaks, []
+    )
+    assert why is not None and why.startswith("EDIT dropped:")
+    _, _, why = evolver.edit_core(SEEDED, {"op": "REMOVE", "id": "s9", "rule": ""}, leaks, [])
+    assert why == "REMOVE of unknown sentence 's9'"
+    only = "Write one label."
+    _, _, why = evolver.edit_core(only, {"op": "REMOVE", "id": "s1", "rule": ""}, leaks, [])
+    assert why == "REMOVE of s1 would leave no instruction"

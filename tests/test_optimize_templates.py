@@ -14,13 +14,15 @@ import pytest
 
 from memloop.core.leaks import named
 from memloop.environment.catalogue import load_catalogue
-from memloop.optimize import evolvers, gepa_search, playbook
+from memloop.optimize import edits, evolvers, gepa_search, playbook
 
 
 def templates() -> dict[str, str]:
     """Every module-level text an optimizer sends: UPPER_CASE strings of its modules."""
     found = {}
-    for module in (playbook, evolvers, gepa_search):
+    for op in edits.OPERATORS:  # the edit operators' sentences enter prompts as they are
+        found[f"memloop.optimize.edits.OPERATORS.{op.key}"] = op.sentence
+    for module in (playbook, evolvers, gepa_search, edits):
         for name, value in vars(module).items():
             if (
                 re.fullmatch(r"[A-Z][A-Z0-9_]+", name)
@@ -38,6 +40,8 @@ def test_the_templates_are_found():
         "memloop.optimize.playbook.DELTA_USER",
         "memloop.optimize.evolvers.REFLECT_SYSTEM",
         "memloop.optimize.evolvers.RULES_SYSTEM",
+        "memloop.optimize.edits.SLOT_SYSTEM",
+        "memloop.optimize.edits.OPERATORS.own_words",
     } <= names
 
 

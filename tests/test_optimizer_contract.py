@@ -56,7 +56,7 @@ def test_every_shipped_evolver_passes_check_evolver(name, fake, tmp_path):
     client = ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "c.sqlite")
     report = check_evolver(lambda: registry.build_evolver(name, client))
     assert report.ok, report.problems
-    assert name in {"none", "reflective", "playbook"}
+    assert name in {"none", "reflective", "playbook", "edits"}
 
 
 def test_gepas_own_proposer_passes_check_evolver_and_sends_gepas_prompt(fake, tmp_path):

@@ -398,3 +398,26 @@ def test_grounded_compares_words_up_to_their_endings():
     assert not grounded("home_city", "New York", said)
     assert not grounded("capital_of_france", "Paris", "What is the capital of France?")
     assert grounded("weekly_runs", "3 runs a week", "I run 3 times a week now")
+
+
+@pytest.mark.parametrize("verbatim", ["user", "user+edits"])
+def test_awi_verbatim_stores_the_users_own_messages(fake, tmp_path, verbatim):
+    client = _client(fake, tmp_path)
+    config = AWIConfig(update_freq=2, short_term_len=0, verbatim=verbatim)
+    assert (
+        config.default_name()
+        == {"user": "awi-2-0-verbatim", "user+edits": "awi-2-0-verbatim-edits"}[verbatim]
+    )
+    policy = build_policy(config, client)
+    policy.respond("[Current Time: 2024-01-06 19:40:00]\nI just moved to Lisbon.")
+    policy.respond("I walk to work now.")
+    said = {k: v["value"] for k, v in policy.facts.items() if k.startswith("said_")}
+    assert said == {"said_1": "I just moved to Lisbon.", "said_2": "I walk to work now."}
+    if verbatim == "user":
+        # nothing but the user's messages, and no writer call
+        assert set(policy.facts) == {"said_1", "said_2"}
+        assert client.usage.component("memory").calls == 0
+    else:
+        assert policy.facts["home_city"]["value"] == "Lisbon"
+        assert client.usage.component("memory").calls == 2
+    assert "said_2: I walk to work now." in policy.memory_view()

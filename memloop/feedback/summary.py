@@ -8,6 +8,10 @@
 - diagnostic:    complete + each question's failure class and the state-query answers against
                  the truth, and (several users) the state accuracy over all of their questions
 
+With the episodes' period records, complete and diagnostic summaries also show the state reads
+(what the objective scores): per variable kind believed vs true and each wrong pair's named write
+failure, with counts (feedback/write_failures.py).
+
 An optimizer gets the summary of several users within a size budget as a `FeedbackSummary`
 (`budgeted_summary`): whole users and whole questions enter in a fixed priority until the next
 would not fit; what is left out is listed, never a cut JSON. A smaller budget later
@@ -277,7 +281,16 @@ class FeedbackSummary(BaseModel):
             deep=True
         )
         report.max_chars = max_chars
-        out = self.model_copy(update={"users": users, "entered": order, "report": report})
+        header = dict(self.header)
+        if "state_reads" in header:  # at most half the budget, as budgeted_summary leaves it
+            from memloop.feedback.write_failures import fit_block
+
+            fitted = fit_block(header.pop("state_reads"), max_chars // 2)
+            if fitted is not None:
+                header["state_reads"] = fitted
+        out = self.model_copy(
+            update={"users": users, "entered": order, "report": report, "header": header}
+        )
         while out.entered and len(out.render()) > max_chars:
             last = out.entered.pop()
             mine = sorted(
@@ -304,6 +317,7 @@ def budgeted_summary(
     max_chars: int,
     history: Iterable[QuestionRecord] | None = None,
     private: Iterable[str] = (),
+    failures: dict[str, Any] | None = None,
 ) -> FeedbackSummary:
     """The feedback summary of several users within `max_questions` and `max_chars`.
 
@@ -315,6 +329,9 @@ def budgeted_summary(
     `updates[user]`) the first time one of that user's questions enters, if the result still
     fits. A question that does not fit is skipped (a later, smaller one may fit) and recorded in
     the report. `history` (default: `records`) supplies the earlier periods for the diagnosis.
+    `failures` (feedback/write_failures.py `failure_block`): the state reads, believed vs true,
+    with each wrong pair's named write failure, grouped by kind and failure; shown in the header
+    in every mode that shows answers (complete, diagnostic).
     """
     records = list(records)
     report = SummaryReport(max_chars=max_chars, max_questions=max_questions)
@@ -332,6 +349,16 @@ def budgeted_summary(
         header["state_accuracy"] = (
             f"{state.accuracy:.2f} of {state.pairs} believed values right (chance {chance})"
         )
+    if failures is not None and mode in ("complete", "diagnostic"):
+        from memloop.feedback.write_failures import fit_block
+
+        fitted = fit_block(failures, max_chars // 2)  # at most half the budget: questions too
+        if fitted is not None:
+            header["state_reads"] = fitted
+    if failures is not None:
+        from memloop.feedback.write_failures import block_values
+
+        private |= block_values(failures)
 
     def build(selection: dict[str, list[QuestionRecord]]) -> dict[str, Any]:
         return {
@@ -381,6 +408,7 @@ def episode_summary(
     max_chars: int,
     periods: int | None = None,
     private: Iterable[str] = (),
+    failures: dict[str, Any] | None = None,
 ) -> FeedbackSummary:
     """The budgeted summary of whole episodes (the first `periods` of each) of `items`.
 
@@ -397,4 +425,5 @@ def episode_summary(
         max_questions=max_questions,
         max_chars=max_chars,
         private=[*private, *(v for item in items for v in item.private_values())],
+        failures=failures,
     )

@@ -317,9 +317,21 @@ class RunContext:
         )
 
     def summary(
-        self, items: list[UserItem], records: list[QuestionRecord], *, max_chars: int | None = None
+        self,
+        items: list[UserItem],
+        records: list[QuestionRecord],
+        *,
+        max_chars: int | None = None,
+        episodes: Iterable[Any] = (),
     ) -> FeedbackSummary:
-        """The budgeted feedback summary of `items`' whole episodes in this condition's mode."""
+        """The budgeted feedback summary of `items`' whole episodes in this condition's mode.
+
+        With `episodes` (their EpisodeResults) it shows the named write failures of their state
+        reads (feedback/write_failures.py).
+        """
+        from memloop.feedback.write_failures import episode_pairs, failure_block
+
+        pairs = episode_pairs(items, episodes)
         return episode_summary(
             items,
             records,
@@ -328,6 +340,7 @@ class RunContext:
             max_chars=max_chars or self.config.summary_max_chars,
             periods=self.config.environment.periods,
             private=self.private,
+            failures=failure_block(pairs) if pairs else None,
         )
 
     # -- the run ---------------------------------------------------------------------------

@@ -43,6 +43,9 @@ class EvolveStep(BaseModel):
     leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (set by `propose`)
     # the gate's decisions this step made (runs/gate_log.py entries: the replay screen's)
     decisions: list[dict[str, Any]] = Field(default_factory=list)
+    # edits refused this step, each {predictor, edit, text (its sha256), stage, reason}: the
+    # tabu memory later steps read (EvolveInput.rejected) so that none is proposed twice
+    rejected: list[dict[str, Any]] = Field(default_factory=list)
 
 
 EVOLVER_MEMBERS = ("name", "Settings", "propose")  # on the class; its instances add `settings`
@@ -62,6 +65,8 @@ class EvolveInput:
       (empty where a search has none: the period search, GEPA);
     - `screen`: scores candidate prompts by replaying the training users' recorded
       conversations (optimize/replay_score.py), or None where a search cannot;
+    - `rejected`: the edits earlier steps refused (their `EvolveStep.rejected`), oldest first:
+      the tabu memory an evolver may read so that it never proposes one twice;
     - `leaks`: the leak check of this proposal, on the summary's private values (made here;
       an evolver may use it to drop a leaking rule early: `inputs.leaks.reject(text, old)`).
     """
@@ -71,6 +76,7 @@ class EvolveInput:
     cycle: int = 0
     history: History = field(default_factory=tuple)
     screen: Callable[[dict[str, str]], Any] | None = None
+    rejected: tuple[dict[str, Any], ...] = ()
     leaks: LeakCheck = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -70,7 +70,7 @@ class EpisodeSearch:
                 started = time.perf_counter()
                 results = ctx.evaluate_splits(prompts, store.cycle_dir(k))
                 questions, _ = collect(r for e in results["train"].episodes for r in e.records)
-                summary = ctx.summary(ctx.train, questions)
+                summary = ctx.summary(ctx.train, questions, episodes=results["train"].episodes)
                 store.save_summary(k, summary)
                 record = CycleRecord(
                     cycle=k,
@@ -92,6 +92,9 @@ class EpisodeSearch:
                         cycle=k,
                         history=tuple(history),
                         screen=self.screen(ctx, k),
+                        rejected=tuple(
+                            r for j in range(k) for r in getattr(store.step(j), "rejected", [])
+                        ),
                     ),
                 )
                 store.save_step(k, step)

@@ -308,7 +308,9 @@ class EpisodeAdapter:
             scores.append(value)
             outputs.append({"user": item.id, self.objective(item.id): value})
             if capture_traces:
-                summary = self.ctx.summary([item], records, max_chars=FEEDBACK_CHARS)
+                summary = self.ctx.summary(
+                    [item], records, max_chars=FEEDBACK_CHARS, episodes=[by_user[item.id]]
+                )
                 self.omitted += len(summary.report.omitted) if summary.report else 0
                 trajectories.append({"user": item.id, "score": value, "summary": summary})
         return EvaluationBatch(

@@ -24,6 +24,7 @@ from memloop.feedback.objective import Mode
 from memloop.feedback.probes import Prober
 from memloop.feedback.report import collect, period_metrics
 from memloop.feedback.summary import budgeted_summary
+from memloop.feedback.write_failures import failure_block, state_pairs
 from memloop.llm.usage import UsageTracker
 from memloop.optimize.contract import EvolveInput, NoSettings, propose
 from memloop.optimize.cycles import CycleRecord, SplitResult
@@ -107,6 +108,10 @@ class PeriodSearch:
             it.id: {v: it.state_at(p)[v] for e in it.exposed_values(p) for v in e}
             for it in ctx.train
         }
+        by_user: dict[str, list[PeriodRecord]] = {}
+        for r in history:
+            by_user.setdefault(r.user_id, []).append(r)
+        pairs = [x for rs in by_user.values() for x in state_pairs(rs) if x.period == p]
         summary = budgeted_summary(
             [q for q in questions if q.period == p],
             ctx.mode,
@@ -115,6 +120,7 @@ class PeriodSearch:
             max_chars=ctx.config.summary_max_chars,
             history=questions,
             private=ctx.private,
+            failures=failure_block(pairs) if pairs else None,
         )
         ctx.store.save_summary(p, summary)
         held = ctx.evaluate_splits(prompts, ctx.store.cycle_dir(p), splits=("val", "test"))

@@ -1,8 +1,10 @@
-"""The `playbook` evolver: a fixed core plus a list of one-sentence rules, changed one delta a time.
+"""The `playbook` evolver: a prompt's sentences plus learned one-sentence rules, one delta a time.
 
 In the incremental style of ACE (agentic context engineering), where whole rewrites collapse: a
 small model cannot rewrite a whole prompt (it copies it), but it can write one sentence. Each
-predictor's prompt is its core instructions followed by the playbook:
+predictor's prompt is its core instructions followed by the playbook; nothing is fixed: the
+core's sentences are shown as units s1, s2, ... that a delta may rewrite or remove like a rule
+(the step's record names the sentence and its old and new text):
 
     <core instructions>
 
@@ -17,7 +19,8 @@ Each cycle:
 2. **Counts.** Every rule gets helpful / harmful counts: the cycles it was new in that raised or
    lowered the validation objective. They are shown to the reflector and recorded in the step.
 3. **Candidate deltas** per predictor from the reflector (component `optimizer`), as
-   schema-constrained JSON: ADD a rule, EDIT one (by id) or REMOVE one, each rule one sentence;
+   schema-constrained JSON: ADD a rule, EDIT a sentence or rule (by id) or REMOVE one, each one
+   sentence;
    `candidates` of them, sampled apart when more than one.
 4. **Screening by replay** (when the search gives a screen, optimize/replay_score.py): each
    candidate and the current prompt are replayed on the training users' recorded conversations
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,7 +56,7 @@ from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
 from memloop.optimize.evolvers import _ENDINGS
-from memloop.runs import gate_log
+from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
 
 HEADER = "Rules learned from feedback:"
 _RULE = re.compile(r"^\[(r\d+)\] (.+)$", re.M)
@@ -77,22 +80,22 @@ def delta_schema(max_words: int) -> dict:
 
 DELTA_SYSTEM = """\
 You improve one step of an AI assistant's long-term memory: the step that decides what it writes \
-into its memory about the user. Its instructions end with a numbered list of short rules. From the \
-feedback of an evaluation, propose exactly ONE change to that list:
+into its memory about the user. Its instructions are numbered sentences (s1, s2, ...) followed by \
+a list of short learned rules (r1, r2, ...); every one of them may be changed. From the feedback \
+of an evaluation, propose exactly ONE change:
 - ADD: a new rule (id: "new"), one sentence of at most {max_words} words;
-- EDIT: rewrite the rule with the given id, one sentence;
-- REMOVE: delete the rule with the given id (rule: "").
+- EDIT: rewrite the sentence or rule with the given id, one sentence;
+- REMOVE: delete the sentence or rule with the given id (rule: "").
 Rules must hold for any user: name kinds of information the user states about themselves, never \
 one user's values. Prefer fixing what the feedback shows was missed, kept stale or stored \
-vaguely; a rule counted harmful more often than helpful is a good one to remove.
+vaguely; a sentence that keeps the memory from holding what the questions need is a good one to \
+rewrite or remove, and so is a rule counted harmful more often than helpful.
 Answer with JSON: {{"op": "ADD" | "EDIT" | "REMOVE", "id": "...", "rule": "..."}}."""
 
 DELTA_USER = """Step: {name}
 
-Core instructions (fixed):
-<core>
+Instructions (id: sentence):
 {core}
-</core>
 
 Rules now (id, helpful / harmful counts, text):
 {rules}
@@ -101,6 +104,26 @@ Feedback summary:
 <feedback>
 {feedback}
 </feedback>"""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(\[])")
+
+
+def core_units(core: str) -> list[tuple[str, str, int]]:
+    """The core's sentences as editable units: (id s1.., sentence, its line)."""
+    units: list[tuple[str, str, int]] = []
+    for line_no, line in enumerate(core.splitlines()):
+        for sentence in _SENTENCE_END.split(line.strip()):
+            if sentence.strip():
+                units.append((f"s{len(units) + 1}", sentence.strip(), line_no))
+    return units
+
+
+def render_core(units: Sequence[tuple[str, str, int]]) -> str:
+    """The core text of `units`, one line per original line (a line left without units goes)."""
+    lines: dict[int, list[str]] = {}
+    for _, sentence, line_no in units:
+        lines.setdefault(line_no, []).append(sentence)
+    return "\n".join(" ".join(lines[k]) for k in sorted(lines))
 
 
 def split_playbook(text: str) -> tuple[str, list[tuple[str, str]]]:
@@ -149,12 +172,7 @@ class PlaybookSettings(BaseModel):
     feedback_chars: int = Field(
         6000, ge=200, description="the feedback summary is fitted to this many characters"
     )
-    screen_takes: Literal["improved", "explore"] = Field(
-        "explore",
-        description="what the replay screen takes: only a candidate the gate calls improved, or "
-        "also (explore) the best candidate not below the current prompt that the gate does not "
-        "call degraded; the step records which",
-    )
+    screen_takes: ScreenTakes = screen_takes_field()
 
 
 class PlaybookEvolver:
@@ -204,8 +222,12 @@ class PlaybookEvolver:
                 if isinstance(delta, str):
                     problems.append(delta)
                     continue
-                merged, change, problem = self.merge(rules, delta, f"r{next_id}", leaks, core)
-                candidate = render_playbook(core, merged)
+                if delta["id"].strip().strip("[]").startswith("s"):
+                    new_core, change, problem = self.edit_core(core, delta, leaks, rules)
+                    candidate = render_playbook(new_core, rules)
+                else:
+                    merged, change, problem = self.merge(rules, delta, f"r{next_id}", leaks, core)
+                    candidate = render_playbook(core, merged)
                 if problem is not None:
                     problems.append(problem)
                 elif all(candidate != c for c, _ in options):
@@ -257,7 +279,10 @@ class PlaybookEvolver:
             {
                 "role": "user",
                 "content": DELTA_USER.format(
-                    name=name, core=core, rules=shown or "(none yet)", feedback=feedback
+                    name=name,
+                    core="\n".join(f"[{i}] {t}" for i, t, _ in core_units(core)) or "(none)",
+                    rules=shown or "(none yet)",
+                    feedback=feedback,
                 ),
             },
         ]
@@ -290,66 +315,56 @@ class PlaybookEvolver:
     ) -> tuple[tuple[str, str] | None, tuple[str, int, float | None, dict[str, Any] | None]]:
         """(the option to take or None, (a note, screening tokens, their cost, the gate log entry)).
 
-        Without a screen (or with one option and no screen) the first usable option. With a screen
-        each option and the current prompt are replayed on the training users; the option with
-        the best state accuracy is tested against the current prompt by the gate (core/stats.py,
-        per-user paired differences, level ALPHA / the number of options). It is taken when the
-        gate says `improved`; with `screen_takes: explore` also when it is not below the current
-        prompt and the gate does not say `degraded` (an exploration step, so noted).
+        Without a screen the first usable option; with one, `replay_score.screen_options`
+        (the gate decides, `screen_takes` says whether an exploration step may be taken).
         """
-        from memloop.core.stats import Verdict, gate_of
+        from memloop.optimize.replay_score import screen_options
 
         if not options:
             return None, ("", 0, None, None)
         if screen is None:
             return options[0], ("", 0, None, None)
-        current = screen(base)
-        tokens, cost = current.tokens, current.cost_usd
-        scored = []
-        for candidate, change in options:
-            result = screen({**base, name: candidate})
-            tokens += result.tokens
-            cost = add_costs(cost, result.cost_usd)
-            scored.append((result, candidate, change))
-        shown = ", ".join(
-            "n/a" if r.state_accuracy is None else f"{r.state_accuracy:.3f}" for r, _, _ in scored
+        choice = screen_options(
+            name,
+            base,
+            [c for c, _ in options],
+            screen,
+            cycle=cycle,
+            takes=self.settings.screen_takes,
         )
-        now = "n/a" if current.state_accuracy is None else f"{current.state_accuracy:.3f}"
-        defined = [x for x in scored if x[0].state_accuracy is not None]
-        if not defined or current.state_accuracy is None:
-            return options[0], (
-                f"replay screen undefined ({shown} vs {now}); took the first",
-                tokens,
-                cost,
-                None,
-            )
-        best = max(defined, key=lambda x: x[0].state_accuracy)  # the first of equals
-        mine = {u: v for u, v in best[0].by_user.items() if v is not None}
-        theirs = {u: v for u, v in current.by_user.items() if v is not None}
-        decision = gate_of(mine, theirs, comparisons=len(options))
-        stored = gate_log.entry(
-            "screen",
-            f"cycle {cycle} {name}: best of {len(options)} candidates vs current",
-            sorted(set(mine) & set(theirs)),
-            decision.to_dict(),
-        )
-        verdict = decision.verdict
-        said = f"replay screen {shown} vs current {now}: gate {verdict.value}"
-        if verdict is Verdict.IMPROVED:
-            return (best[1], best[2]), (f"{said}; taken (improved)", tokens, cost, stored)
-        explore = (
-            self.settings.screen_takes == "explore"
-            and verdict is not Verdict.DEGRADED
-            and best[0].state_accuracy > current.state_accuracy
-        )
-        if explore:
-            return (best[1], best[2]), (
-                f"{said}; taken as an exploration step (not shown better)",
-                tokens,
-                cost,
-                stored,
-            )
-        return None, (f"{said}; no candidate taken", tokens, cost, stored)
+        taken = None if choice.chosen is None else options[choice.chosen]
+        return taken, (choice.note, choice.tokens, choice.cost_usd, choice.decision)
+
+    def edit_core(
+        self,
+        core: str,
+        delta: dict[str, str],
+        leaks: LeakCheck,
+        rules: list[tuple[str, str]],
+    ) -> tuple[str, str, str | None]:
+        """(core after `delta` on one of its sentences, what changed, why it was dropped or None).
+
+        Nothing in a prompt is fixed: a starting sentence can be rewritten (EDIT) or removed
+        (REMOVE) like a learned rule; ADD always makes a rule. The change names the sentence.
+        """
+        op, unit_id = delta["op"], delta["id"].strip().strip("[]")
+        units = core_units(core)
+        found = [u for u in units if u[0] == unit_id]
+        if op == "ADD" or not found:
+            return core, "", f"{op} of unknown sentence {unit_id!r}"
+        old = found[0][1]
+        if op == "REMOVE":
+            if len(units) == 1:
+                return core, "", f"REMOVE of {unit_id} would leave no instruction"
+            kept = [u for u in units if u[0] != unit_id]
+            return render_core(kept), f"removed {unit_id}: {old}", None
+        text = " ".join(delta["rule"].split())
+        others = [(i, r) for i, r in rules] + [(i, t) for i, t, _ in units if i != unit_id]
+        problem = self._bad_rule(text, others, leaks, core, skip=None)
+        if problem:
+            return core, "", f"EDIT dropped: {problem}"
+        edited = [(i, text if i == unit_id else t, line) for i, t, line in units]
+        return render_core(edited), f"rewrote {unit_id}: {old} -> {text}", None
 
     def merge(
         self,

@@ -1,7 +1,7 @@
 """Every optimizer by name: the one registry of evolvers and searches.
 
 A name in an experiment YAML (`evolvers: [...]`, `search: ...`) is one of
-- a built-in: the evolvers `none`, `reflective`, `playbook`, and the searches `episode`,
+- a built-in: the evolvers `none`, `reflective`, `playbook`, `edits`, and the searches `episode`,
   `period`, `gepa`;
 - a name registered in this process with `register("name", Cls)`;
 - a short name an installed package registers in the entry-point group `memloop.optimizers`
@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "none": "memloop.optimize.evolvers:NoEvolver",
     "reflective": "memloop.optimize.evolvers:ReflectiveEvolver",
     "playbook": "memloop.optimize.playbook:PlaybookEvolver",
+    "edits": "memloop.optimize.edits:EditsEvolver",
     "episode": "memloop.optimize.episode_search:EpisodeSearch",
     "period": "memloop.optimize.period_cadence:PeriodSearch",
     "gepa": "memloop.optimize.gepa_search:GepaSearch",

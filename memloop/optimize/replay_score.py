@@ -14,8 +14,12 @@ test users; selection stays on validation users.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
 
 from memloop.environment.data import UserItem
 from memloop.environment.episode import PolicyFactory, requests_sent, run_episodes
@@ -101,3 +105,105 @@ def _accuracy(records: list[QuestionRecord], reads: list[StateRead]) -> float | 
     """The state accuracy of `records` (or of their letter `reads`); None without a pair."""
     accuracy = state_accuracy(records, reads)
     return accuracy.accuracy if accuracy.pairs else None
+
+
+ScreenTakes = Literal["improved", "explore"]
+
+
+def screen_takes_field() -> Any:
+    """The `screen_takes` setting of an evolver that screens candidates (`screen_options`)."""
+    return Field(
+        "explore",
+        description="what the replay screen takes: only a candidate the gate calls improved, or "
+        "also (explore) the best candidate above the current prompt that the gate does not call "
+        "degraded; the step records which",
+    )
+
+
+def _by_user(result: Screening) -> dict[str, float]:
+    """A screening's per-user scores: P(true value) with the letter read, else state accuracy."""
+    scores = (
+        result.prob_by_user if getattr(result, "state_prob", None) is not None else result.by_user
+    )
+    return {u: v for u, v in scores.items() if v is not None}
+
+
+def _score(result: Screening) -> float | None:
+    prob = getattr(result, "state_prob", None)  # a screen without the letter read may omit it
+    return prob if prob is not None else result.state_accuracy
+
+
+@dataclass
+class ScreenChoice:
+    """What a replay screen of candidate prompts decided (`screen_options`)."""
+
+    chosen: int | None  # the index of the option taken, or None
+    note: str  # one line: the scores, the gate's verdict, what was taken
+    tokens: int = 0
+    cost_usd: float | None = None
+    decision: dict | None = None  # the gate log entry (runs/gate_log.py), None without a gate
+    scores: list[float | None] = field(default_factory=list)  # per option
+    current: float | None = None  # the current prompt's score
+
+
+def screen_options(
+    name: str,
+    base: dict[str, str],
+    options: list[str],
+    screen: Callable[[dict[str, str]], Screening],
+    *,
+    cycle: int = 0,
+    takes: str = "explore",
+) -> ScreenChoice:
+    """Replay each option for predictor `name` and the current prompts; the gate decides.
+
+    The score is the users' mean P(true value) with the letter read (`state_read: letters`),
+    else their state accuracy. The option with the best score is tested against the current
+    prompt by the gate (core/stats.py, per-user paired differences, level ALPHA / the number of
+    options). It is taken when the gate says `improved`; with `takes="explore"` also when it
+    scores above the current prompt and the gate does not say `degraded` (an exploration step,
+    so noted).
+    """
+    from memloop.core.stats import Verdict, gate_of
+    from memloop.llm.usage import add_costs
+    from memloop.runs import gate_log
+
+    if not options:
+        return ScreenChoice(None, "")
+    current = screen(base)
+    tokens, cost = current.tokens, current.cost_usd
+    results = []
+    for candidate in options:
+        result = screen({**base, name: candidate})
+        tokens += result.tokens
+        cost = add_costs(cost, result.cost_usd)
+        results.append(result)
+    scores = [_score(r) for r in results]
+    now = _score(current)
+    shown = ", ".join("n/a" if s is None else f"{s:.3f}" for s in scores)
+    said_now = "n/a" if now is None else f"{now:.3f}"
+    out = ScreenChoice(None, "", tokens, cost, None, scores, now)
+    defined = [i for i, s in enumerate(scores) if s is not None]
+    if not defined or now is None:
+        out.chosen = 0
+        out.note = f"replay screen undefined ({shown} vs {said_now}); took the first"
+        return out
+    best = max(defined, key=lambda i: scores[i])  # type: ignore[arg-type,return-value]
+    decision = gate_of(_by_user(results[best]), _by_user(current), comparisons=len(options))
+    mine = set(_by_user(results[best])) & set(_by_user(current))
+    out.decision = gate_log.entry(
+        "screen",
+        f"cycle {cycle} {name}: best of {len(options)} candidates vs current",
+        sorted(mine),
+        decision.to_dict(),
+    )
+    said = f"replay screen {shown} vs current {said_now}: gate {decision.verdict.value}"
+    if decision.verdict is Verdict.IMPROVED:
+        out.chosen, out.note = best, f"{said}; taken (improved)"
+    elif (
+        takes == "explore" and decision.verdict is not Verdict.DEGRADED and scores[best] > now  # type: ignore[operator]
+    ):
+        out.chosen, out.note = best, f"{said}; taken as an exploration step (not shown better)"
+    else:
+        out.note = f"{said}; no candidate taken"
+    return out

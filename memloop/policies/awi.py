@@ -18,7 +18,9 @@ from typing import Any
 
 import dspy
 
+from memloop.core.words import content_words
 from memloop.policies.base import (
+    _TIME_TAG,
     BufferedMemoryPolicy,
     Message,
     MessageBuffer,
@@ -69,18 +71,6 @@ def apply_edits(
     return counts
 
 
-_WORD = re.compile(r"[0-9a-z]+")
-_FILLER = frozenset(
-    "the and for with from that this they their them she her his him its are was were has have "
-    "had not now currently user users about into than then there here very also yes true false "
-    "none".split()
-)
-
-
-def _content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _FILLER}
-
-
 def _shares_word(words: set[str], source: set[str]) -> bool:
     """Whether a word of `words` is in `source`, up to its ending (first 5 letters)."""
     stems = {w[:5] for w in source}
@@ -96,10 +86,10 @@ def grounded(label: str, value: str, user_text: str) -> bool:
     paraphrase sharing no word with the user (told "Berlin", written "Germany") is dropped too:
     the price of the check.
     """
-    source = _content_words(user_text)
-    words = _content_words(value)
+    source = content_words(user_text)
+    words = content_words(value)
     if not words:
-        words = _content_words(label.replace("_", " "))
+        words = content_words(label.replace("_", " "))
     return _shares_word(words, source)
 
 
@@ -148,6 +138,19 @@ class AWIPolicy(BufferedMemoryPolicy):
     # -- writing ------------------------------------------------------------------------------
 
     def _write(self, batch: list[Message], time: str | None) -> None:
+        if self.config.verbatim != "off":
+            n_said = sum(1 for label in self.facts if label.startswith("said_"))
+            for m in batch:
+                text = " ".join(_TIME_TAG.sub(" ", m["content"]).split())
+                if m["role"] == "user" and text:
+                    n_said += 1
+                    self.facts[f"said_{n_said}"] = {
+                        "value": text,
+                        "step": self.writes,
+                        "time": time,
+                    }
+            if self.config.verbatim == "user":
+                return
         current = json.dumps(
             {label: self.facts[label]["value"] for label in sorted(self.facts)}, ensure_ascii=False
         )

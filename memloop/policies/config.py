@@ -118,9 +118,16 @@ class AWIConfig(_BufferedConfig):
         description="drop a written value that shares no word with the user's messages it was "
         "written from (a value the user never gave, e.g. an example echoed from the prompt)",
     )
+    verbatim: Literal["off", "user", "user+edits"] = Field(
+        "off",
+        description="verbatim-anchored memory: store each user message as it was said (labels "
+        "said_1, said_2, ...; the time stamp left out); 'user': nothing else and no writer "
+        "call, 'user+edits': and the writer's edits as well",
+    )
 
     def default_name(self) -> str:
-        return f"awi-{self.update_freq}-{self.short_term_len}"
+        suffix = {"off": "", "user": "-verbatim", "user+edits": "-verbatim-edits"}[self.verbatim]
+        return f"awi-{self.update_freq}-{self.short_term_len}{suffix}"
 
 
 class _ExternalConfig(_BufferedConfig):

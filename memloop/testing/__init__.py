@@ -14,7 +14,12 @@ The conformance suites themselves live beside their Protocols:
 """
 
 from memloop.testing.checker import is_recall_request, notes_checker, recall_verdicts
-from memloop.testing.evolvers import ScriptedEvolver, evolve_loop_reply, is_evolver_request
+from memloop.testing.evolvers import (
+    ScriptedEvolver,
+    evolve_loop_reply,
+    is_evolver_request,
+    scripted_screen,
+)
 from memloop.testing.fake_server import (
     FakeOpenAIServer,
     fake_roles,
@@ -26,6 +31,7 @@ from memloop.testing.policies import ScriptedPolicy, scripted_builder
 from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of, request_kind
 
 __all__ = [
+    "scripted_screen",
     "FakeOpenAIServer",
     "ScriptedEvolver",
     "ScriptedMemoryLLM",

@@ -113,3 +113,26 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     if is_recall_request(body):
         return notes_checker(body)
     return json.dumps({k: "yes" for k in props})
+
+
+def scripted_screen(values: list[dict[str, float]]) -> tuple[Any, list[str]]:
+    """(a replay screen, the `writer` prompts it saw): call i answers {user: score} values[i].
+
+    The current prompt is screened first, then each candidate; past the list the last answer
+    repeats. The answer has the fields of `replay_score.Screening` an evolver reads.
+    """
+    from types import SimpleNamespace
+
+    seen: list[str] = []
+
+    def screen(prompts: dict[str, str]) -> Any:
+        seen.append(prompts["writer"])
+        by_user = values[min(len(seen), len(values)) - 1]
+        return SimpleNamespace(
+            state_accuracy=sum(by_user.values()) / len(by_user),
+            by_user=by_user,
+            tokens=100,
+            cost_usd=None,
+        )
+
+    return screen, seen

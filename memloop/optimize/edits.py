@@ -1,0 +1,359 @@
+"""The `edits` evolver: a proposer that needs no capable model. It chooses edits, it does not write.
+
+A small optimizer model cannot rewrite a prompt (it copies it, or its own examples); it can be
+trusted to choose. Each step, per predictor:
+
+1. **Named failures.** The feedback's state reads (feedback/write_failures.py: never written,
+   update lost, overwritten (label collision), assistant's words stored, misread), counted.
+2. **Edit operators**, each one sentence written here once, generic (no fact kind, no value),
+   and each addressing named failures: store the user's own words as the value, or switch the
+   value style to a short normalized value; one edit per fact under its own label; an update
+   under the label that holds the old value; values from the user's messages only; an edit
+   for every fact. Removing one sentence of the prompt is an operator too: nothing in the
+   prompt is fixed; a sentence that restricts what is written ("do not", "only", "never") is
+   tried first when facts go unwritten. With `slot: true` the optimizer model fills one short
+   slot ("Pay special attention to: ..."), a list of kinds of information, nothing else.
+3. **Ranking.** Operators are ranked by the wrong pairs of the failures they address (ties: the
+   order above); the first `candidates` not refused before become candidates.
+4. **A validator** refuses a candidate that is truncated, over-long, JSON-shaped or copies the
+   request (8 words in a row of the feedback), and a leak check one that names a user's value.
+5. **Screening** by replay on the training users (optimize/replay_score.py `screen_options`):
+   the best candidate against the current prompt, decided by the gate (core/stats.py), an
+   exploration step only when `screen_takes: explore`.
+6. **Tabu.** Every refused edit (by the validator, the leak check, the screen or the gate) is
+   recorded with its reason in the step (`EvolveStep.rejected`); later steps read them
+   (`EvolveInput.rejected`) and never propose the same edit of the same prompt again.
+
+The step's changes name the operator, the failures it addressed and what happened to every
+sentence (kept, added, removed, replaced).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memloop.core.files import json_sha256
+from memloop.core.leaks import described
+from memloop.feedback import write_failures as wf
+from memloop.llm.client import ChatClient
+from memloop.llm.usage import add_costs
+from memloop.optimize.contract import EvolveInput, EvolveStep
+from memloop.optimize.evolvers import _ENDINGS
+from memloop.optimize.playbook import core_units, render_core
+from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
+
+RESTRICTIVE = re.compile(r"\b(do not|don't|never|only|no more than|not record|ignore)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One edit: a sentence to add (and the operators whose sentence it replaces)."""
+
+    key: str
+    addresses: tuple[str, ...]  # the named failures (feedback/write_failures.py) it answers
+    sentence: str
+    replaces: tuple[str, ...] = ()
+
+
+OPERATORS: tuple[Operator, ...] = (
+    Operator(
+        "own_words",
+        (wf.ASSISTANT_WORDS, wf.NEVER_WRITTEN, wf.UPDATE_LOST),
+        "As each value, write the user's own sentence that states the fact, copied from the "
+        "user's message.",
+        replaces=("normalized",),
+    ),
+    Operator(
+        "every_fact",
+        (wf.NEVER_WRITTEN,),
+        "Write one edit for every fact the user states about their own life, however small.",
+    ),
+    Operator(
+        "same_label_update",
+        (wf.UPDATE_LOST,),
+        "When the user says something changed, write the new situation under the label that "
+        "holds the old one.",
+    ),
+    Operator(
+        "one_per_fact",
+        (wf.COLLISION,),
+        "Give each distinct fact a label of its own; never put two different facts under one "
+        "label.",
+    ),
+    Operator(
+        "user_only",
+        (wf.ASSISTANT_WORDS,),
+        "Take values only from the user's messages, never from the assistant's replies.",
+    ),
+    Operator(
+        "normalized",
+        (wf.MISREAD,),
+        "As each value, write a short normalized phrase for the user's situation (an amount, a "
+        "frequency, a choice) rather than a whole sentence.",
+        replaces=("own_words",),
+    ),
+)
+BY_KEY = {op.key: op for op in OPERATORS}
+
+SLOT_SYSTEM = """\
+You help improve the instructions of an AI assistant's memory writer. From the evaluation \
+feedback, list the kinds of information about a user that its memory most often failed to \
+hold. Answer with JSON: {"kinds": "a comma-separated list of at most six kinds, each two or \
+three words"}. Name kinds, never a value a user gave."""
+SLOT_SENTENCE = "Pay special attention to: {kinds}."
+
+
+class EditsSettings(BaseModel):
+    """Settings of the edits evolver (`settings: {edits: {...}}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidates: int = Field(4, ge=1, le=16, description="edits screened per predictor and step")
+    max_words: int = Field(
+        250, ge=8, description="words a prompt may have after an edit (longer: refused)"
+    )
+    slot: bool = Field(
+        False,
+        strict=True,
+        description="also ask the optimizer model to fill one short slot (kinds of information "
+        "to attend to) from the feedback",
+    )
+    slot_words: int = Field(24, ge=3, le=60, description="words the slot's fill may have")
+    max_tokens: int = Field(64, ge=8, description="cap of the slot's reply")
+    feedback_chars: int = Field(
+        4000, ge=200, description="the feedback the slot's request shows, in characters"
+    )
+    screen_takes: ScreenTakes = screen_takes_field()
+
+
+@dataclass
+class Candidate:
+    edit: str  # e.g. "add own_words", "remove s3", "slot"
+    text: str  # the predictor's prompt after the edit
+    addresses: dict[str, int]  # the named failures it answers, with their counts
+    changes: list[str]  # what happened to the sentences
+
+
+def validate(text: str, old: str, request: str, max_words: int) -> str | None:
+    """Why the proposed prompt `text` is refused, or None.
+
+    Empty, the same as `old`, over-long (more than `max_words`), truncated (no sentence
+    ending), JSON-shaped (braces, or a quoted key followed by a colon), or copying 8 words in a
+    row of the `request` (the feedback it was proposed from) that `old` does not already hold.
+    """
+    words = text.split()
+    if not words:
+        return "empty"
+    if " ".join(words) == " ".join(old.split()):
+        return "no change"
+    if len(words) > max_words:
+        return f"over-long ({len(words)} words, at most {max_words})"
+    if not text.rstrip().endswith(_ENDINGS):
+        return "truncated (no sentence ending)"
+    if re.search(r"[{}]|\"\s*:\s*[\"\[{\d]", text) and not re.search(r"[{}]", old):
+        return "JSON-shaped"
+    theirs = _shingles(request) - _shingles(old)
+    if _shingles(text) & theirs:
+        return "copies the request (8 words in a row of the feedback)"
+    return None
+
+
+def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
+    words = [w.lower().strip(".,;:!?\"'()") for w in text.split()]
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def failure_counts(inputs: EvolveInput) -> dict[str, int]:
+    """{named failure: wrong pairs} from the feedback's state reads ({} without them)."""
+    block = inputs.summary.header.get("state_reads") or {}
+    return {k: int(v) for k, v in (block.get("wrong_by_failure") or {}).items()}
+
+
+class EditsEvolver:
+    """Chooses edits from named failures; screens them by replay; the gate decides."""
+
+    name = "edits"
+    Settings = EditsSettings
+
+    def __init__(
+        self, client: ChatClient | None, settings: EditsSettings | None = None, **overrides
+    ):
+        self.client = client  # asked only for the slot (`slot: true`)
+        self.settings = settings or EditsSettings(**overrides)
+
+    def candidates(
+        self, name: str, text: str, counts: dict[str, int], slot_fill: str | None = None
+    ) -> list[Candidate]:
+        """Every edit of `text` the operators make, best-ranked first (no tabu, no validator)."""
+        units = core_units(text)
+        present = " ".join(text.split())
+        out: list[tuple[int, int, Candidate]] = []
+        for rank, op in enumerate(OPERATORS):
+            if op.sentence in present:
+                continue
+            kept = [u for u in units if not any(BY_KEY[r].sentence == u[1] for r in op.replaces)]
+            gone = [u for u in units if u not in kept]
+            line = max((u[2] for u in units), default=-1) + 1
+            new = render_core([*kept, ("new", op.sentence, line)])
+            changes = [f"added ({op.key}): {op.sentence}"] + [
+                f"removed {u[0]} (switched value style): {u[1]}" for u in gone
+            ]
+            hit = {f: counts[f] for f in op.addresses if counts.get(f)}
+            out.append((-sum(hit.values()), rank, Candidate(f"add {op.key}", new, hit, changes)))
+        unwritten = counts.get(wf.NEVER_WRITTEN, 0)
+        if len(units) > 1:
+            for uid, sentence, _ in units:
+                restrictive = bool(RESTRICTIVE.search(sentence))
+                hit = {wf.NEVER_WRITTEN: unwritten} if restrictive and unwritten else {}
+                new = render_core([u for u in units if u[0] != uid])
+                cand = Candidate(f"remove {uid}", new, hit, [f"removed {uid}: {sentence}"])
+                out.append((-sum(hit.values()), len(OPERATORS) + (0 if restrictive else 1), cand))
+        if slot_fill:
+            sentence = SLOT_SENTENCE.format(kinds=slot_fill.rstrip(". "))
+            line = max((u[2] for u in units), default=-1) + 1
+            new = render_core([*units, ("new", sentence, line)])
+            hit = {wf.NEVER_WRITTEN: unwritten} if unwritten else {}
+            out.append(
+                (
+                    -sum(hit.values()),
+                    len(OPERATORS),
+                    Candidate(
+                        "slot",
+                        new,
+                        hit,
+                        [f"added (slot filled by the optimizer model): {sentence}"],
+                    ),
+                )
+            )
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [c for _, _, c in out]
+
+    def _slot(self, inputs: EvolveInput) -> tuple[str | None, str | None]:
+        """(the slot's fill, why there is none)."""
+        if self.client is None:
+            return None, "no optimizer model for the slot"
+        feedback = inputs.summary.fit(self.settings.feedback_chars).render()
+        schema = {
+            "type": "object",
+            "properties": {"kinds": {"type": "string", "maxLength": 12 * self.settings.slot_words}},
+            "required": ["kinds"],
+            "additionalProperties": False,
+        }
+        result = self.client.chat_json(
+            [
+                {"role": "system", "content": SLOT_SYSTEM},
+                {"role": "user", "content": f"Feedback:\n{feedback}"},
+            ],
+            schema,
+            component="optimizer",
+            sample=inputs.cycle,
+            max_tokens=self.settings.max_tokens,
+        )
+        if result.json_error is not None:
+            return None, f"slot reply unusable ({result.json_error})"
+        fill = " ".join(str(result.parsed.get("kinds", "")).split())
+        if not fill:
+            return None, "slot reply empty"
+        if len(fill.split()) > self.settings.slot_words:
+            return None, f"slot fill over-long ({len(fill.split())} words)"
+        return fill, None
+
+    def propose(self, inputs: EvolveInput) -> EvolveStep:
+        from memloop.optimize.replay_score import screen_options
+
+        spent = self.client.usage.mark("optimizer") if self.client is not None else None
+        counts = failure_counts(inputs)
+        request = inputs.summary.render()
+        tabu = {(r.get("predictor"), r.get("text")) for r in inputs.rejected}
+        step = EvolveStep(prompts=dict(inputs.prompts))
+        slot_fill, slot_problem = (None, None)
+        if self.settings.slot:
+            slot_fill, slot_problem = self._slot(inputs)
+        screened_tokens, screened_cost = 0, None
+        found = _counts(counts)
+        for name, text in sorted(inputs.prompts.items()):
+            notes = [f"named failures: {found}"]
+            if slot_problem:
+                notes.append(slot_problem)
+            chosen: list[Candidate] = []
+            skipped_tabu = 0
+
+            def refuse(c: Candidate, stage: str, reason: str, name: str = name) -> None:
+                step.rejected.append(
+                    {
+                        "predictor": name,
+                        "edit": c.edit,
+                        "text": json_sha256(c.text),
+                        "stage": stage,
+                        "reason": reason,
+                    }
+                )
+
+            for cand in self.candidates(name, text, counts, slot_fill):
+                if len(chosen) >= self.settings.candidates:
+                    break
+                if (name, json_sha256(cand.text)) in tabu:
+                    skipped_tabu += 1
+                    continue
+                problem = validate(cand.text, text, request, self.settings.max_words)
+                if problem:
+                    refuse(cand, "validator", problem)
+                    continue
+                hits = inputs.leaks.reject(cand.text, text)
+                if hits:
+                    refuse(cand, "leak check", described(hits))
+                    continue
+                chosen.append(cand)
+            if skipped_tabu:
+                notes.append(f"{skipped_tabu} edits skipped: refused in an earlier step (tabu)")
+            if not chosen:
+                step.errors[name] = "; ".join([*notes, "no edit left to try"]) + "; kept"
+                step.changes[name] = notes
+                continue
+            taken: Candidate | None
+            if inputs.screen is None:
+                taken, note = chosen[0], "no screen: took the best-ranked edit"
+            else:
+                choice = screen_options(
+                    name,
+                    inputs.prompts,
+                    [c.text for c in chosen],
+                    inputs.screen,
+                    cycle=inputs.cycle,
+                    takes=self.settings.screen_takes,
+                )
+                screened_tokens += choice.tokens
+                screened_cost = add_costs(screened_cost, choice.cost_usd)
+                if choice.decision is not None:
+                    step.decisions.append(choice.decision)
+                note = choice.note
+                for i, c in enumerate(chosen):
+                    if i == choice.chosen:
+                        continue
+                    score = choice.scores[i] if i < len(choice.scores) else None
+                    shown = "n/a" if score is None else f"{score:.3f}"
+                    refuse(c, "screen" if choice.chosen is not None else "gate", f"{shown}; {note}")
+                taken = None if choice.chosen is None else chosen[choice.chosen]
+            tried = "; ".join(f"{c.edit} (addresses {_counts(c.addresses)})" for c in chosen)
+            notes.append(f"candidates: {tried}")
+            if taken is None:
+                step.errors[name] = f"{note}; kept"
+                step.changes[name] = [*notes, note]
+                continue
+            step.prompts[name] = taken.text
+            step.changes[name] = [
+                *notes,
+                f"chose {taken.edit} (addresses {_counts(taken.addresses)})",
+                *taken.changes,
+                note,
+            ]
+        step.tokens = (spent.tokens() if spent else 0) + screened_tokens
+        step.cost_usd = add_costs(spent.cost_usd() if spent else None, screened_cost)
+        return step
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "no named failure"

@@ -1,0 +1,146 @@
+"""The edits evolver: edit operators chosen from named failures, a validator, a tabu memory,
+nothing of the prompt fixed, the gate deciding on the replay screen."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memloop.feedback import write_failures as wf
+from memloop.feedback.summary import FeedbackSummary
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.optimize.contract import EvolveInput, propose
+from memloop.optimize.edits import BY_KEY, EditsEvolver, validate
+from memloop.testing import FakeOpenAIServer, scripted_screen
+
+SEED = "You keep a short memory. Do not record details."
+COUNTS = {wf.NEVER_WRITTEN: 3, wf.UPDATE_LOST: 1}
+
+
+def given(prompts, counts=COUNTS, **kw):
+    """An input whose feedback names `counts` failures; its user lives in Lisbon."""
+    data = {"state_reads": {"wrong_by_failure": counts}, "users": [{"home_city": "Lisbon"}]}
+    summary = FeedbackSummary.from_data(data, private=["Lisbon"])
+    return EvolveInput(prompts=prompts, summary=summary, **kw)
+
+
+screen_with = scripted_screen
+
+
+def test_operators_are_ranked_by_the_failures_they_address_and_any_sentence_can_go():
+    cands = EditsEvolver(client=None).candidates("writer", SEED, COUNTS)
+    # own_words answers 3 + 1, every_fact and removing the restrictive s2 answer 3 (operators
+    # first), same_label_update 1; the rest none (operator order, then the other removals)
+    assert [c.edit for c in cands] == [
+        "add own_words",
+        "add every_fact",
+        "remove s2",
+        "add same_label_update",
+        "add one_per_fact",
+        "add user_only",
+        "add normalized",
+        "remove s1",
+    ]
+    assert cands[0].addresses == {wf.NEVER_WRITTEN: 3, wf.UPDATE_LOST: 1}
+    assert cands[0].text == SEED + "\n" + BY_KEY["own_words"].sentence
+    removal = cands[2]
+    assert removal.text == "You keep a short memory."
+    assert removal.changes == ["removed s2: Do not record details."]
+
+
+def test_switching_the_value_style_replaces_the_other_style_sentence():
+    text = "Keep the user's facts.\n" + BY_KEY["own_words"].sentence
+    cands = {c.edit: c for c in EditsEvolver(client=None).candidates("w", text, {wf.MISREAD: 2})}
+    assert "add own_words" not in cands  # already there
+    switch = cands["add normalized"]
+    assert switch.text == "Keep the user's facts.\n" + BY_KEY["normalized"].sentence
+    assert switch.changes[1] == f"removed s2 (switched value style): {BY_KEY['own_words'].sentence}"
+    assert switch.addresses == {wf.MISREAD: 2}
+
+
+REQUEST = "the user said they walk the dog every single morning before going to work today"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "empty"),
+        (SEED, "no change"),
+        ("Keep facts. " + "word " * 30 + "end.", "over-long (33 words, at most 20)"),
+        ("Keep the facts the user states and", "truncated (no sentence ending)"),
+        ('Write {"label": "x"} edits.', "JSON-shaped"),
+        ('Use "label": "value" pairs.', "JSON-shaped"),
+        (
+            "Note that they walk the dog every single morning before going out.",
+            "copies the request (8 words in a row of the feedback)",
+        ),
+        ("Keep the facts the user states about their life.", None),
+    ],
+)
+def test_the_validator_refuses_what_a_small_model_gets_wrong(text, problem):
+    assert validate(text, SEED, REQUEST, max_words=20) == problem
+
+
+def test_the_screen_and_gate_decide_and_every_refused_edit_is_tabu_later(tmp_path):
+    evolver = EditsEvolver(client=None, candidates=3)
+    # current 0.5; the options: own_words 0.6, every_fact 0.7, remove s2 0.4 (two users)
+    screen, seen = screen_with(
+        [
+            {"u1": 0.5, "u2": 0.5},
+            {"u1": 0.6, "u2": 0.6},
+            {"u1": 0.7, "u2": 0.7},
+            {"u1": 0.4, "u2": 0.4},
+        ]
+    )
+    step = propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
+    assert len(seen) == 4
+    assert step.prompts["writer"] == SEED + "\n" + BY_KEY["every_fact"].sentence
+    changes = step.changes["writer"]
+    assert changes[0] == "named failures: never written 3, update lost 1"
+    assert "chose add every_fact (addresses never written 3)" in changes
+    assert changes[-1].endswith("taken as an exploration step (not shown better)")
+    assert step.decisions[0]["verdict"] == "too few users"
+    assert [(r["edit"], r["stage"]) for r in step.rejected] == [
+        ("add own_words", "screen"),
+        ("remove s2", "screen"),
+    ]
+    assert step.rejected[0]["reason"].startswith("0.600; replay screen 0.600, 0.700, 0.400")
+
+    # the same prompt again with the tabu: the two refused edits are not proposed twice
+    screen, seen = screen_with([{"u1": 0.5, "u2": 0.5}])
+    again = propose(
+        evolver, given({"writer": SEED}, cycle=1, screen=screen, rejected=tuple(step.rejected))
+    )
+    assert "2 edits skipped: refused in an earlier step (tabu)" in again.changes["writer"]
+    screened = seen[1:]
+    assert SEED + "\n" + BY_KEY["own_words"].sentence not in screened
+    assert "You keep a short memory." not in screened
+    assert screened[0] == SEED + "\n" + BY_KEY["every_fact"].sentence
+
+
+def test_nothing_taken_says_why(tmp_path):
+    evolver = EditsEvolver(client=None, candidates=2, screen_takes="improved")
+    screen, _ = screen_with([{"u1": 0.5}, {"u1": 0.9}, {"u1": 0.1}])
+    step = propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
+    assert step.prompts == {"writer": SEED}
+    assert "gate too few users; no candidate taken; kept" in step.errors["writer"]
+    assert {r["stage"] for r in step.rejected} == {"gate"}
+
+
+def test_the_slot_is_validated_and_leak_checked(tmp_path):
+    def reply(body):
+        return json.dumps({"kinds": "home in Lisbon, commute length"})
+
+    with FakeOpenAIServer(reply=reply) as server:
+        client = ChatClient(Endpoint(model="m", base_url=server.base_url), cache=tmp_path / "c")
+        evolver = EditsEvolver(client, slot=True, candidates=16)
+        step = propose(evolver, given({"writer": SEED}, cycle=0))
+        sent = [r["messages"][-1]["content"] for r in server.requests]
+    assert len(sent) == 1 and "never written" in sent[0]
+    (leaked,) = [r for r in step.rejected if r["edit"] == "slot"]
+    assert leaked["stage"] == "leak check"
+    assert "Lisbon" not in json.dumps(step.model_dump())
+    # without a screen the best-ranked edit is taken
+    assert step.prompts["writer"] == SEED + "\n" + BY_KEY["own_words"].sentence
