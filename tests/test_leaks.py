@@ -2,8 +2,8 @@
 
 The optimizer role of a loopback fake model proposes text naming users' private values, each
 re-spelled (a superseded value in CamelCase, a current one CamelCase and plural, a user's full
-name, a hobby from the profile), through every shipped optimizer (the reflective and playbook
-evolvers under the episode search, the reflective evolver under the period search, GEPA) and
+name, a hobby from the profile), through every shipped optimizer (the reflective, playbook and
+edits evolvers under the episode search, the reflective evolver under the period search, GEPA) and
 every feedback mode that evolves. The registered prompt versions are then read back from MLflow
 and checked for those values with a plain substring test, independent of the matcher under test.
 """
@@ -65,9 +65,17 @@ def is_delta_request(body: dict[str, Any]) -> bool:
     return set(schema.get("properties", {})) == {"op", "id", "rule"}
 
 
+def is_slot_request(body: dict[str, Any]) -> bool:
+    """The edits evolver's request to fill its one slot (kinds of information)."""
+    schema = request_schema(body) or {}
+    return set(schema.get("properties", {})) == {"kinds"}
+
+
 def leaking_reply(body: dict[str, Any]) -> str:
     """evolve_loop_reply, except that every optimizer request is answered with LEAK."""
     text = " ".join(str(m.get("content", "")) for m in body["messages"])
+    if is_slot_request(body):
+        return json.dumps({"kinds": ", ".join(spelling for _, spelling in PLANTED.values())})
     if is_delta_request(body):
         return json.dumps({"op": "ADD", "id": "new", "rule": LEAK})
     if is_evolver_request(body):
@@ -299,6 +307,8 @@ def write_config(root: Path, search: str, evolver: str) -> Path:
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
         "out_dir": str(root / "runs"),
     }
+    if evolver == "edits":  # its optimizer model fills one slot: the only text it writes
+        data["settings"] = {"edits": {"slot": True}}
     if search == "gepa":  # GEPA's own reflection is its evolver
         del data["evolvers"]
         data["settings"] = {"gepa": {"minibatch_size": 1, "max_metric_calls": 6}}
@@ -312,6 +322,7 @@ def write_config(root: Path, search: str, evolver: str) -> Path:
     [
         ("episode", "reflective"),
         ("episode", "playbook"),
+        ("episode", "edits"),
         ("period", "reflective"),
         ("gepa", "gepa"),
     ],
@@ -330,7 +341,11 @@ def test_no_registered_prompt_names_a_private_value(tmp_path, capsys, search, ev
             clients=fake_roles(fake.base_url, tmp_path / "c.sqlite"),
             builder=scripted_builder(),
         )
-        asked = [r for r in fake.requests if is_evolver_request(r) or is_delta_request(r)]
+        asked = [
+            r
+            for r in fake.requests
+            if is_evolver_request(r) or is_delta_request(r) or is_slot_request(r)
+        ]
     assert sorted(o.mode for o in outcomes) == sorted(MODES)
     assert asked  # the optimizer was asked (and answered with LEAK)
     everyone = set().union(*(i.private_values() for i in generate_procedural(**ENV)))

@@ -940,3 +940,50 @@ def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):
         cycles = [Record()]
 
     assert _unchanged_lines(Outcome()) == ["cycle 1: writer unchanged: no JSON reply"]
+
+
+def test_a_changed_prompt_prints_the_edit_its_reason_the_diff_and_what_was_refused(tmp_path):
+    from memloop.optimize.contract import EvolveStep
+    from memloop.optimize.report import _unchanged_lines
+    from memloop.optimize.store import CycleStore
+
+    store = CycleStore(tmp_path)
+    store.cycle_dir(0).mkdir(parents=True)
+    (store.cycle_dir(0) / "prompts.json").write_text(
+        json.dumps({"writer": "Keep a memory. Do not record details."})
+    )
+    refused = [
+        {"predictor": "writer", "edit": f"add op{i}", "stage": "screen", "reason": "0.40; lost"}
+        for i in range(6)
+    ]
+    step = EvolveStep(
+        prompts={"writer": "Keep a memory.\nWrite one edit for every fact."},
+        changes={
+            "writer": [
+                "named failures: never written 3",
+                "chose add every_fact (addresses never written 3)",
+                "added (every_fact): Write one edit for every fact.",
+                "replay screen 0.500 vs current 0.400: gate too few users; taken as an "
+                "exploration step (not shown better)",
+            ]
+        },
+        rejected=refused,
+    )
+    store.save_step(0, step)
+
+    class Record:
+        cycle = 0
+
+    class Outcome:
+        run_dir = tmp_path
+        cycles = [Record()]
+
+    assert _unchanged_lines(Outcome()) == [
+        "cycle 0: writer: chose add every_fact (addresses never written 3)",
+        "cycle 0: writer: replay screen 0.500 vs current 0.400: gate too few users; taken as an "
+        "exploration step (not shown better)",
+        "  - Do not record details.",
+        "  + Write one edit for every fact.",
+        *[f"cycle 0: writer: refused add op{i} (screen: 0.40; lost)" for i in range(4)],
+        "cycle 0: 2 more refused edits in cycle_00/evolve.json",
+    ]

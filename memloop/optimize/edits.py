@@ -257,8 +257,6 @@ class EditsEvolver:
         fill = " ".join(str(result.parsed.get("kinds", "")).split())
         if not fill:
             return None, "slot reply empty"
-        if len(fill.split()) > self.settings.slot_words:
-            return None, f"slot fill over-long ({len(fill.split())} words)"
         return fill, None
 
     def propose(self, inputs: EvolveInput) -> EvolveStep:
@@ -272,6 +270,24 @@ class EditsEvolver:
         slot_fill, slot_problem = (None, None)
         if self.settings.slot:
             slot_fill, slot_problem = self._slot(inputs)
+        if slot_fill is not None:  # the one text a model wrote: checked before anything else
+            sentence = SLOT_SENTENCE.format(kinds=slot_fill.rstrip(". "))
+            hits = inputs.leaks.reject(sentence, "")
+            limit = len(SLOT_SENTENCE.split()) + self.settings.slot_words
+            problem = described(hits) if hits else validate(sentence, "", request, limit)
+            if problem:
+                stage = "leak check" if hits else "validator"
+                for name in inputs.prompts:
+                    step.rejected.append(
+                        {
+                            "predictor": name,
+                            "edit": "slot",
+                            "text": "",
+                            "stage": stage,
+                            "reason": problem,
+                        }
+                    )
+                slot_fill, slot_problem = None, f"slot fill refused ({stage}: {problem})"
         screened_tokens, screened_cost = 0, None
         found = _counts(counts)
         for name, text in sorted(inputs.prompts.items()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from typing import Any
 
@@ -96,7 +97,13 @@ def _selection_line(outcome: Any) -> str:
 
 
 def _unchanged_lines(outcome: Any) -> list[str]:
-    """Why a cycle's evolver left a prompt as it was (its evolve.json), one line per predictor."""
+    """What each cycle's evolver did (its evolve.json), per predictor.
+
+    A change: the edit chosen and the failures it addressed (when the evolver names them), the
+    screen's verdict and the prompt's sentences removed (-) and added (+). No change: why. Then
+    the edits refused, each with its stage and reason (an evolver with a tabu memory records
+    them), so a run that changed nothing says what it tried.
+    """
     from memloop.optimize.store import CycleStore
 
     store = CycleStore(outcome.run_dir)
@@ -105,8 +112,46 @@ def _unchanged_lines(outcome: Any) -> list[str]:
         step = store.step(record.cycle)
         if step is None:
             continue
+        k = record.cycle
+        path = store.cycle_dir(k) / "prompts.json"
+        before = json.loads(path.read_text()) if path.is_file() else {}
         for predictor, reason in step.errors.items():
+            lines.append(f"cycle {k}: {predictor} unchanged: {_short(reason)}")
+        for predictor, changes in step.changes.items():
+            if predictor in step.errors:
+                continue
+            chosen = [c for c in changes if c.startswith(("chose ", "replay screen"))]
+            lines += [f"cycle {k}: {predictor}: {_short(c)}" for c in chosen]
+            old = before.get(predictor)
+            new = step.prompts.get(predictor)
+            if old is not None and new is not None and old != new:
+                lines += [f"  {d}" for d in sentence_diff(old, new)]
+        for r in step.rejected[:MAX_REFUSED]:
             lines.append(
-                f"cycle {record.cycle}: {predictor} unchanged: {' '.join(reason.split())[:160]}"
+                f"cycle {k}: {r.get('predictor')}: refused {r.get('edit')} "
+                f"({r.get('stage')}: {_short(str(r.get('reason', '')), 100)})"
+            )
+        if len(step.rejected) > MAX_REFUSED:
+            lines.append(
+                f"cycle {k}: {len(step.rejected) - MAX_REFUSED} more refused edits in "
+                f"cycle_{k:02d}/evolve.json"
             )
     return lines
+
+
+MAX_REFUSED = 4  # refused edits printed per step
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def sentence_diff(old: str, new: str) -> list[str]:
+    """The sentences `new` drops from `old` (- ...) and adds (+ ...), in order."""
+    from memloop.optimize.playbook import core_units
+
+    before = [t for _, t, _ in core_units(old)]
+    after = [t for _, t, _ in core_units(new)]
+    return [f"- {t}" for t in before if t not in after] + [
+        f"+ {t}" for t in after if t not in before
+    ]
