@@ -60,7 +60,10 @@ def test_switching_the_value_style_replaces_the_other_style_sentence():
     assert switch.addresses == {wf.MISREAD: 2}
 
 
-REQUEST = "the user said they walk the dog every single morning before going to work today"
+REQUEST = (
+    "the user said they walk the dog every single morning before going to work today "
+    '{"question_answer_history": [], "user": "u1"}'
+)
 
 
 @pytest.mark.parametrize(
@@ -75,6 +78,10 @@ REQUEST = "the user said they walk the dog every single morning before going to 
         (
             "Note that they walk the dog every single morning before going out.",
             "copies the request (8 words in a row of the feedback)",
+        ),
+        (
+            "Pay special attention to: user_information_updates, question_answer_history.",
+            "copies the request's field names (question_answer_history)",
         ),
         ("Keep the facts the user states about their life.", None),
     ],

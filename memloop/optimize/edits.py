@@ -141,8 +141,10 @@ def validate(text: str, old: str, request: str, max_words: int) -> str | None:
     """Why the proposed prompt `text` is refused, or None.
 
     Empty, the same as `old`, over-long (more than `max_words`), truncated (no sentence
-    ending), JSON-shaped (braces, or a quoted key followed by a colon), or copying 8 words in a
-    row of the `request` (the feedback it was proposed from) that `old` does not already hold.
+    ending), JSON-shaped (braces, or a quoted key followed by a colon), copying 8 words in a
+    row of the `request` (the feedback it was proposed from) or one of its snake_case field
+    names (the 1.5B model filled the slot with "user_information_updates,
+    question_answer_history" in the evidence run), unless `old` already holds them.
     """
     words = text.split()
     if not words:
@@ -158,6 +160,10 @@ def validate(text: str, old: str, request: str, max_words: int) -> str | None:
     theirs = _shingles(request) - _shingles(old)
     if _shingles(text) & theirs:
         return "copies the request (8 words in a row of the feedback)"
+    keys = {k for k in re.findall(r'"(\w+)"\s*:', request) if "_" in k and k not in old}
+    copied = sorted(k for k in keys if re.search(rf"\b{re.escape(k)}\b", text))
+    if copied:
+        return f"copies the request's field names ({', '.join(copied)})"
     return None
 
 
