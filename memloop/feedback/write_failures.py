@@ -159,7 +159,6 @@ def episode_pairs(items: list[UserItem], episodes: Iterable[Any]) -> list[StateP
 def failure_block(pairs: list[StatePair]) -> dict[str, Any]:
     """The feedback's view of `pairs`: counts by failure, and per variable kind its pairs."""
     wrong = [p for p in pairs if p.failure is not None]
-    by_failure = Counter(p.failure for p in wrong)
     kinds: dict[str, dict[str, Any]] = {}
     for p in pairs:
         kind = kinds.setdefault(
@@ -176,7 +175,7 @@ def failure_block(pairs: list[StatePair]) -> dict[str, Any]:
     return {
         "state_pairs": len(pairs),
         "right": len(pairs) - len(wrong),
-        "wrong_by_failure": {f: by_failure[f] for f in FAILURES if by_failure[f]},
+        "wrong_by_failure": failure_counts(pairs),
         "by_kind": dict(sorted(kinds.items(), key=lambda kv: (-kv[1]["wrong"], kv[0]))),
     }
 

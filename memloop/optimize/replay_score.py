@@ -122,15 +122,12 @@ def screen_takes_field() -> Any:
 
 def _by_user(result: Screening) -> dict[str, float]:
     """A screening's per-user scores: P(true value) with the letter read, else state accuracy."""
-    scores = (
-        result.prob_by_user if getattr(result, "state_prob", None) is not None else result.by_user
-    )
+    scores = result.prob_by_user if result.state_prob is not None else result.by_user
     return {u: v for u, v in scores.items() if v is not None}
 
 
 def _score(result: Screening) -> float | None:
-    prob = getattr(result, "state_prob", None)  # a screen without the letter read may omit it
-    return prob if prob is not None else result.state_accuracy
+    return result.state_prob if result.state_prob is not None else result.state_accuracy
 
 
 @dataclass

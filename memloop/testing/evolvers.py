@@ -119,20 +119,21 @@ def scripted_screen(values: list[dict[str, float]]) -> tuple[Any, list[str]]:
     """(a replay screen, the `writer` prompts it saw): call i answers {user: score} values[i].
 
     The current prompt is screened first, then each candidate; past the list the last answer
-    repeats. The answer has the fields of `replay_score.Screening` an evolver reads.
+    repeats. Each answer is a `replay_score.Screening` of 100 tokens, without letter reads.
     """
-    from types import SimpleNamespace
+    from memloop.optimize.replay_score import Screening
 
     seen: list[str] = []
 
     def screen(prompts: dict[str, str]) -> Any:
         seen.append(prompts["writer"])
         by_user = values[min(len(seen), len(values)) - 1]
-        return SimpleNamespace(
+        return Screening(
             state_accuracy=sum(by_user.values()) / len(by_user),
-            by_user=by_user,
+            pairs=len(by_user),
             tokens=100,
-            cost_usd=None,
+            requests=0,
+            by_user=dict[str, float | None](by_user),
         )
 
     return screen, seen
