@@ -307,8 +307,8 @@ def write_config(root: Path, search: str, evolver: str) -> Path:
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
         "out_dir": str(root / "runs"),
     }
-    if evolver == "edits":  # its optimizer model fills one slot: the only text it writes
-        data["settings"] = {"edits": {"slot": True}}
+    if evolver == "edits":  # its model fills one slot (the only text it writes); examples too
+        data["settings"] = {"edits": {"slot": True, "max_examples": 2}}
     if search == "gepa":  # GEPA's own reflection is its evolver
         del data["evolvers"]
         data["settings"] = {"gepa": {"minibatch_size": 1, "max_metric_calls": 6}}

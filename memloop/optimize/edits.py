@@ -13,6 +13,10 @@ trusted to choose. Each step, per predictor:
    prompt is fixed; a sentence that restricts what is written ("do not", "only", "never") is
    tried first when facts go unwritten. With `slot: true` the optimizer model fills one short
    slot ("Pay special attention to: ..."), a list of kinds of information, nothing else.
+   With `max_examples` above 0, adding one worked example (optimize/examples.py: generated for
+   the purpose, exact edits, no environment's kind or value) or dropping the examples block is
+   an edit too; the operators act on the instructions and keep the block, in the value style
+   the instructions ask for.
 3. **Ranking.** Operators are ranked by the wrong pairs of the failures they address (ties: the
    order above); the first `candidates` not refused before become candidates.
 4. **A validator** refuses a candidate that is truncated, over-long, JSON-shaped or copies the
@@ -42,6 +46,7 @@ from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
 from memloop.optimize.evolvers import _ENDINGS
+from memloop.optimize.examples import MAX_EXAMPLES, split_examples, with_examples
 from memloop.optimize.playbook import core_units, render_core
 from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
 
@@ -126,7 +131,19 @@ class EditsSettings(BaseModel):
     feedback_chars: int = Field(
         4000, ge=200, description="the feedback the slot's request shows, in characters"
     )
+    max_examples: int = Field(
+        0,
+        ge=0,
+        le=MAX_EXAMPLES,
+        description="worked examples the evolver may add to a prompt, one per edit (0: no "
+        "example edits; benchmarks/examples_curve.py measures what they do)",
+    )
+    examples_seed: int = Field(0, description="the seed the worked examples are drawn with")
     screen_takes: ScreenTakes = screen_takes_field()
+
+
+EXAMPLE_FAILURES = (wf.ASSISTANT_WORDS, wf.UPDATE_LOST, wf.COLLISION, wf.NEVER_WRITTEN)
+"""The named failures the worked examples show the way out of (optimize/examples.py)."""
 
 
 @dataclass
@@ -167,6 +184,17 @@ def validate(text: str, old: str, request: str, max_words: int) -> str | None:
     return None
 
 
+def validate_edit(text: str, old: str, request: str, max_words: int) -> str | None:
+    """`validate` on the instructions; an examples block is memloop's own text, not checked.
+
+    An edit that changes only the examples is refused only when it changes nothing.
+    """
+    head, old_head = split_examples(text)[0], split_examples(old)[0]
+    if " ".join(head.split()) == " ".join(old_head.split()) and text != old:
+        return None  # the examples block only
+    return validate(head, old_head, request, max_words)
+
+
 def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
     words = [w.lower().strip(".,;:!?\"'()") for w in text.split()]
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
@@ -194,8 +222,14 @@ class EditsEvolver:
         self, name: str, text: str, counts: dict[str, int], slot_fill: str | None = None
     ) -> list[Candidate]:
         """Every edit of `text` the operators make, best-ranked first (no tabu, no validator)."""
-        units = core_units(text)
-        present = " ".join(text.split())
+        head, n_examples = split_examples(text)
+        seed = self.settings.examples_seed
+
+        def keep(new_head: str) -> str:  # the examples block, in the new head's value style
+            return with_examples(new_head, n_examples, seed) if n_examples else new_head
+
+        units = core_units(head)
+        present = " ".join(head.split())
         out: list[tuple[int, int, Candidate]] = []
         for rank, op in enumerate(OPERATORS):
             if op.sentence in present:
@@ -203,7 +237,7 @@ class EditsEvolver:
             kept = [u for u in units if not any(BY_KEY[r].sentence == u[1] for r in op.replaces)]
             gone = [u for u in units if u not in kept]
             line = max((u[2] for u in units), default=-1) + 1
-            new = render_core([*kept, ("new", op.sentence, line)])
+            new = keep(render_core([*kept, ("new", op.sentence, line)]))
             changes = [f"added ({op.key}): {op.sentence}"] + [
                 f"removed {u[0]} (switched value style): {u[1]}" for u in gone
             ]
@@ -214,13 +248,13 @@ class EditsEvolver:
             for uid, sentence, _ in units:
                 restrictive = bool(RESTRICTIVE.search(sentence))
                 hit = {wf.NEVER_WRITTEN: unwritten} if restrictive and unwritten else {}
-                new = render_core([u for u in units if u[0] != uid])
+                new = keep(render_core([u for u in units if u[0] != uid]))
                 cand = Candidate(f"remove {uid}", new, hit, [f"removed {uid}: {sentence}"])
                 out.append((-sum(hit.values()), len(OPERATORS) + (0 if restrictive else 1), cand))
         if slot_fill:
             sentence = SLOT_SENTENCE.format(kinds=slot_fill.rstrip(". "))
             line = max((u[2] for u in units), default=-1) + 1
-            new = render_core([*units, ("new", sentence, line)])
+            new = keep(render_core([*units, ("new", sentence, line)]))
             hit = {wf.NEVER_WRITTEN: unwritten} if unwritten else {}
             out.append(
                 (
@@ -234,6 +268,20 @@ class EditsEvolver:
                     ),
                 )
             )
+        if n_examples < self.settings.max_examples:
+            hit = {f: counts[f] for f in EXAMPLE_FAILURES if counts.get(f)}
+            new = with_examples(head, n_examples + 1, seed)
+            added = new.splitlines()[-1]
+            out.append(
+                (
+                    -sum(hit.values()),
+                    len(OPERATORS),
+                    Candidate("add example", new, hit, [f"added a worked example: {added}"]),
+                )
+            )
+        if n_examples:
+            cand = Candidate("drop examples", head, {}, [f"removed the {n_examples} examples"])
+            out.append((0, len(OPERATORS) + 1, cand))
         out.sort(key=lambda x: (x[0], x[1]))
         return [c for _, _, c in out]
 
@@ -320,7 +368,7 @@ class EditsEvolver:
                 if (name, json_sha256(cand.text)) in tabu:
                     skipped_tabu += 1
                     continue
-                problem = validate(cand.text, text, request, self.settings.max_words)
+                problem = validate_edit(cand.text, text, request, self.settings.max_words)
                 if problem:
                     refuse(cand, "validator", problem)
                     continue
