@@ -1,6 +1,7 @@
 """Does an evolved write prompt beat no evolution on held-out users? (issue 16, item 6)
 
-An embedded-model study larger than the quickstart: AWI (the quickstart's policy) on a procedural
+An embedded-model study larger than the quickstart: AWI (with no raw buffer and memloop's own
+writer prompt, as the quickstart had before issue 42 gave it a weak seed) on a procedural
 environment, four conditions on the same users and the same draws:
 
 - `none`: the initial prompts every cycle (the baseline);
@@ -60,7 +61,7 @@ def experiment_config(args: argparse.Namespace, search: str, evolvers: list[str]
             "val_users": args.val,
             "test_users": args.test,
         },
-        "policy": str(EXPERIMENTS / "policies" / "awi-quickstart.yaml"),
+        "policy": str(Path(args.out) / "policy.yaml"),
         "endpoints": {
             "agent": str(EXPERIMENTS / "endpoints" / "local-0.5b.yaml"),
             "user_sim": str(EXPERIMENTS / "endpoints" / "local-0.5b.yaml"),
@@ -154,6 +155,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     args.out = str(out)
     args.tracking_uri = f"sqlite:///{out / 'mlflow.db'}"
+    # the study's policy: AWI with no raw buffer and memloop's own writer prompt
+    policy = {"type": "awi", "update_freq": 2, "short_term_len": 0, "reply_max_tokens": 48}
+    (out / "policy.yaml").write_text(yaml.safe_dump(policy, sort_keys=False))
 
     started = time.perf_counter()
     episode = [c for c in args.conditions if c != "gepa"]

@@ -151,3 +151,16 @@ def test_the_slot_is_validated_and_leak_checked(tmp_path):
     assert "Lisbon" not in json.dumps(step.model_dump())
     # without a screen the best-ranked edit is taken
     assert step.prompts["writer"] == SEED + "\n" + BY_KEY["own_words"].sentence
+
+
+def test_a_sentence_capping_the_labels_is_a_restriction_tried_first_when_facts_go_unwritten():
+    """The evidence run's seed: its "one label" sentence is what keeps facts unwritten."""
+    seed = (
+        "You keep a short memory for an assistant. Write one label, topic, whose value names "
+        "what the latest conversation was about in two or three words."
+    )
+    cands = EditsEvolver(client=None).candidates("writer", seed, {wf.NEVER_WRITTEN: 5})
+    edits = [c.edit for c in cands]
+    assert edits.index("remove s2") < edits.index("add same_label_update")
+    assert edits.index("remove s2") < edits.index("remove s1")
+    assert cands[edits.index("remove s2")].addresses == {wf.NEVER_WRITTEN: 5}

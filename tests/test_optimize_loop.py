@@ -912,12 +912,12 @@ def test_evolve_prints_the_objective_its_selection_and_the_compare_command(
 
 def test_a_selection_without_a_validation_value_says_so(tmp_path, capsys):
     from memloop.optimize.cycles import Selection
-    from memloop.optimize.report import _selection_line
+    from memloop.optimize.report import selection_line
 
     class Outcome:
         selection = Selection(cycle=0, rule="the seed (no val_memory_score: nothing to choose on)")
 
-    line = _selection_line(Outcome())
+    line = selection_line(Outcome())
     assert (
         line == "cycle 0 stands for the run (the seed (no val_memory_score: nothing to choose on))"
     )
@@ -925,7 +925,7 @@ def test_a_selection_without_a_validation_value_says_so(tmp_path, capsys):
 
 def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):
     from memloop.optimize.contract import EvolveStep
-    from memloop.optimize.report import _unchanged_lines
+    from memloop.optimize.report import step_lines
     from memloop.optimize.store import CycleStore
 
     store = CycleStore(tmp_path)
@@ -939,12 +939,12 @@ def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):
         run_dir = tmp_path
         cycles = [Record()]
 
-    assert _unchanged_lines(Outcome()) == ["cycle 1: writer unchanged: no JSON reply"]
+    assert step_lines(Outcome()) == ["cycle 1: writer unchanged: no JSON reply"]
 
 
 def test_a_changed_prompt_prints_the_edit_its_reason_the_diff_and_what_was_refused(tmp_path):
     from memloop.optimize.contract import EvolveStep
-    from memloop.optimize.report import _unchanged_lines
+    from memloop.optimize.report import step_lines
     from memloop.optimize.store import CycleStore
 
     store = CycleStore(tmp_path)
@@ -978,7 +978,7 @@ def test_a_changed_prompt_prints_the_edit_its_reason_the_diff_and_what_was_refus
         run_dir = tmp_path
         cycles = [Record()]
 
-    assert _unchanged_lines(Outcome()) == [
+    assert step_lines(Outcome()) == [
         "cycle 0: writer: chose add every_fact (addresses never written 3)",
         "cycle 0: writer: replay screen 0.500 vs current 0.400: gate too few users; taken as an "
         "exploration step (not shown better)",

@@ -20,6 +20,7 @@ from memloop.optimize.plots import (
     cycles_figure,
     figure_paths,
     metric_bands,
+    panel_metrics,
     plot_cycles,
 )
 
@@ -121,6 +122,22 @@ def test_an_old_record_without_per_user_values_is_drawn_from_its_pooled_value():
     record.splits["test"].per_user = {}
     h = curves("complete", "playbook", [record], "test")
     assert metric_bands(h, "state_accuracy") == [Band(0, 4, 0.625, None, None)]
+
+
+def test_a_metric_the_tables_call_undefined_is_not_drawn_from_single_users():
+    """The quickstart's memory score: the pooled ratio undefined (n/a in every table) while one
+    user's own ratio is -1: no band, so no panel (issue 42's figure/table agreement)."""
+    recs = records()
+    for r in recs[1:]:
+        r.splits["test"].memory_score = None
+    h = curves("complete", "playbook", recs, "test")
+    assert [b.cycle for b in metric_bands(h, "memory_score")] == [0]
+    for r in recs[:1]:
+        r.splits["test"].memory_score = None
+    h = curves("complete", "playbook", recs, "test")
+    assert metric_bands(h, "memory_score") == []
+    assert "memory_score" not in panel_metrics([h])
+    assert metric_bands(h, "state_accuracy") != []
 
 
 def _lines(ax):

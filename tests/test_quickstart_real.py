@@ -1,7 +1,7 @@
 """`memloop quickstart` in a reduced size on the embedded 0.5B model with real MLflow: no
-evolution against the playbook evolver, two cycles, a training, a validation and a test user;
-the MLflow contents, the printed paired comparison, the plot, and a rerun that is served without
-a single new model response."""
+evolution against the edits evolver from the weak seed, two cycles, a training, a validation and
+a test user; the MLflow contents, the printed paired comparison, what the loop did, the plot, and
+a rerun that is served without a single new model response."""
 
 from __future__ import annotations
 
@@ -147,7 +147,18 @@ def test_table_and_plot(quickstart, first_run):
     assert "paired with the baseline none/none on the same users" in out
     # one row per metric (n = the test user), or one `same prompt` row when the selected prompt
     # is still the initial one, which the baseline runs too
-    assert re.search(r"complete/playbook\s+(\w+\s+1\s|all\s+-\s+same prompt)", out), out
+    assert re.search(r"complete/edits\s+(\w+\s+1\s|all\s+-\s+same prompt)", out), out
+    # what the loop did: the weak seed, then the step's chosen edit with the named failures it
+    # addressed, or why nothing was taken with the refused edits; never a bare "unchanged"
+    assert "what the loop did (complete/edits):" in out, out
+    seed = yaml.safe_load((ROOT / "memloop/experiments/policies/awi-quickstart.yaml").read_text())[
+        "prompts"
+    ]["writer"]
+    assert f"seed writer prompt: {seed}" in out
+    chose = re.search(r"cycle 0: writer: chose (add|remove) \S+ \(addresses [^)]+\)", out)
+    kept = re.search(r"cycle 0: writer unchanged: named failures: .+\n.*refused ", out)
+    assert chose or kept, out
+    assert re.search(r"selection: cycle \d+ stands for the run \(", out), out
     assert re.search(r"mean diff\s+95% CI\s+p \(sign-flip\)\s+up/tied/down", out), out
     assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
     plot = root / "out" / "quickstart.png"

@@ -10,9 +10,10 @@ trusted to choose. Each step, per predictor:
    value style to a short normalized value; one edit per fact under its own label; an update
    under the label that holds the old value; values from the user's messages only; an edit
    for every fact. Removing one sentence of the prompt is an operator too: nothing in the
-   prompt is fixed; a sentence that restricts what is written ("do not", "only", "never") is
-   tried first when facts go unwritten. With `slot: true` the optimizer model fills one short
-   slot ("Pay special attention to: ..."), a list of kinds of information, nothing else.
+   prompt is fixed; a sentence that restricts what is written ("do not", "only", "never", "one
+   label") is tried first when facts go unwritten. With `slot: true` the optimizer model fills
+   one short slot ("Pay special attention to: ..."), a list of kinds of information, nothing
+   else.
    With `max_examples` above 0, adding one worked example (optimize/examples.py: generated for
    the purpose, exact edits, no environment's kind or value) or dropping the examples block is
    an edit too; the operators act on the instructions and keep the block, in the value style
@@ -50,7 +51,11 @@ from memloop.optimize.examples import MAX_EXAMPLES, split_examples, with_example
 from memloop.optimize.playbook import core_units, render_core
 from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
 
-RESTRICTIVE = re.compile(r"\b(do not|don't|never|only|no more than|not record|ignore)\b", re.I)
+# a sentence that limits what is written: a prohibition, or a cap on the labels (the evidence
+# run's seed "Write one label, topic, ..." was never screened for removal before this)
+RESTRICTIVE = re.compile(
+    r"\b(do not|don't|never|only|no more than|not record|ignore|one label|a single)\b", re.I
+)
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
-def failure_counts(inputs: EvolveInput) -> dict[str, int]:
+def named_failures(inputs: EvolveInput) -> dict[str, int]:
     """{named failure: wrong pairs} from the feedback's state reads ({} without them)."""
     block = inputs.summary.header.get("state_reads") or {}
     return {k: int(v) for k, v in (block.get("wrong_by_failure") or {}).items()}
@@ -317,7 +322,7 @@ class EditsEvolver:
         from memloop.optimize.replay_score import screen_options
 
         spent = self.client.usage.mark("optimizer") if self.client is not None else None
-        counts = failure_counts(inputs)
+        counts = named_failures(inputs)
         request = inputs.summary.render()
         tabu = {(r.get("predictor"), r.get("text")) for r in inputs.rejected}
         step = EvolveStep(prompts=dict(inputs.prompts))
@@ -332,15 +337,7 @@ class EditsEvolver:
             if problem:
                 stage = "leak check" if hits else "validator"
                 for name in inputs.prompts:
-                    step.rejected.append(
-                        {
-                            "predictor": name,
-                            "edit": "slot",
-                            "text": "",
-                            "stage": stage,
-                            "reason": problem,
-                        }
-                    )
+                    step.rejected.append(refusal(name, "slot", "", stage, problem))
                 slot_fill, slot_problem = None, f"slot fill refused ({stage}: {problem})"
         screened_tokens, screened_cost = 0, None
         found = _counts(counts)
@@ -352,15 +349,7 @@ class EditsEvolver:
             skipped_tabu = 0
 
             def refuse(c: Candidate, stage: str, reason: str, name: str = name) -> None:
-                step.rejected.append(
-                    {
-                        "predictor": name,
-                        "edit": c.edit,
-                        "text": json_sha256(c.text),
-                        "stage": stage,
-                        "reason": reason,
-                    }
-                )
+                step.rejected.append(refusal(name, c.edit, json_sha256(c.text), stage, reason))
 
             for cand in self.candidates(name, text, counts, slot_fill):
                 if len(chosen) >= self.settings.candidates:
@@ -423,6 +412,14 @@ class EditsEvolver:
         step.tokens = (spent.tokens() if spent else 0) + screened_tokens
         step.cost_usd = add_costs(spent.cost_usd() if spent else None, screened_cost)
         return step
+
+
+def refusal(predictor: str, edit: str, text: str, stage: str, reason: str) -> dict[str, str]:
+    """One entry of `EvolveStep.rejected`.
+
+    `text` is the sha256 of the refused prompt ("" for a slot fill, refused before it made one).
+    """
+    return {"predictor": predictor, "edit": edit, "text": text, "stage": stage, "reason": reason}
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -86,10 +86,14 @@ def metric_bands(history: Any, metric: str) -> list[Band]:
     """`cycle_bands` of one run's `metric` (a `compare.curves` object).
 
     A cycle whose record holds no per-user values but a pooled value (an old record) is that
-    value over the split's users, without interval.
+    value over the split's users, without interval. A cycle whose pooled value is undefined (the
+    tables print `n/a`: the memory score when the upper bound does not beat guessing over the
+    split) is not drawn, whatever single users say: the figure and the tables agree.
     """
     out = []
     for c in history.cycles:
+        if metric in c and c[metric] is None:
+            continue
         values = c.get("per_user", {}).get(metric, [])
         if values:
             out += cycle_bands([(c["cycle"], values)])

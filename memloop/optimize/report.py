@@ -47,8 +47,8 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
     print(format_table(headers, rows, align="ll" + "r" * 8))
     say("* the cycle selected on validation users (its test score is the headline)")
     for o in outcomes:
-        say(f"{o.mode}/{o.evolver}: {_selection_line(o)}")
-        for line in _unchanged_lines(o):
+        say(f"{o.mode}/{o.evolver}: {selection_line(o)}")
+        for line in step_lines(o):
             say(f"  {line}", indent="    ")
     refused = sum(c.leaks_rejected for o in outcomes for c in o.cycles)
     if refused:
@@ -83,7 +83,7 @@ def say(text: str, indent: str = "  ") -> None:
     )
 
 
-def _selection_line(outcome: Any) -> str:
+def selection_line(outcome: Any) -> str:
     selection = outcome.selection
     if selection is None:
         return "no finished cycle"
@@ -96,7 +96,7 @@ def _selection_line(outcome: Any) -> str:
     return line
 
 
-def _unchanged_lines(outcome: Any) -> list[str]:
+def step_lines(outcome: Any) -> list[str]:
     """What each cycle's evolver did (its evolve.json), per predictor.
 
     A change: the edit chosen and the failures it addressed (when the evolver names them), the

@@ -104,6 +104,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
     print(file=info)
     print(f"```diff\n{result['diff']}\n```" if fmt == "md" else result["diff"], file=info)
     print(file=info)
+    for line in loop_lines(evolving):
+        print(line, file=info)
+    print(file=info)
     print(detectable_line(result["rows"]), file=info)
     print(f"\nplot: {plot}", file=info)
     print(f"MLflow: {config.tracking_uri} (browse with `memloop ui`)", file=info)
@@ -115,6 +118,26 @@ def run_quickstart(args: argparse.Namespace) -> int:
         )
     print(f"wall time: {time.perf_counter() - started:.0f} s", file=info)
     return 0
+
+
+def loop_lines(outcomes) -> list[str]:
+    """What the loop did in each evolving run, as lines.
+
+    The seed prompt, each step's chosen edit and the named failures it addressed, the sentences
+    it changed, the edits refused and why, and the selection's gate (optimize/report.py's step
+    and selection lines): never a bare "unchanged".
+    """
+    from memloop.optimize.report import selection_line, step_lines
+    from memloop.optimize.store import CycleStore
+
+    lines = []
+    for o in outcomes:
+        lines.append(f"what the loop did ({o.mode}/{o.evolver}):")
+        for predictor, text in (CycleStore(o.run_dir).saved_prompts(0) or {}).items():
+            lines.append(f"  seed {predictor} prompt: {' '.join(text.split())}")
+        lines += [f"  {line}" for line in step_lines(o)] or ["  (no evolution step ran)"]
+        lines.append(f"  selection: {selection_line(o)}")
+    return lines
 
 
 def detectable_line(rows) -> str:
