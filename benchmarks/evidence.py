@@ -97,7 +97,13 @@ DESIGN: dict[str, Any] = {
     "rounds": {"init": 1, "update": 1},
     "probes": {"state_read": "letters", "state_probes": "all"},
     "evolver": "edits",
-    "evolver_settings": {"candidates": 4, "slot": True, "screen_takes": "explore"},
+    # max_examples 0: the run was made before worked examples existed (now 2 by default)
+    "evolver_settings": {
+        "candidates": 4,
+        "slot": True,
+        "screen_takes": "explore",
+        "max_examples": 0,
+    },
     "feedback_mode": "complete",
     "cycles": 5,
     "objective": "state_prob",

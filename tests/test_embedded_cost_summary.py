@@ -231,12 +231,16 @@ def test_the_small_experiment_files_load_and_are_smaller():
 
 def test_every_shipped_experiment_states_its_measured_wall_time():
     """Each small file and the quickstart state the wall time of their run in the benchmark's
-    result; every other experiment file states an estimate."""
+    result; every other experiment file states an estimate. A later run of one case alone
+    (`embedded_cost_quickstart.json`: the quickstart after issue 42 changed it) stands for
+    that case."""
     import json
 
     experiments = ROOT / "memloop" / "experiments"
-    result = json.loads((ROOT / "benchmarks" / "results" / "embedded_cost.json").read_text())
-    walls = {row["name"]: row["wall_s"] for row in result["runs"]}
+    walls = {}
+    for name in ("embedded_cost.json", "embedded_cost_quickstart.json"):
+        result = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+        walls |= {row["name"]: row["wall_s"] for row in result["runs"]}
     files = {"quickstart": experiments / "quickstart.yaml"}
     for run in ec.RUNS.values():
         yaml = [ROOT / a for a in run.argv if a.endswith(".yaml")]

@@ -31,10 +31,12 @@ screen_with = scripted_screen
 
 def test_operators_are_ranked_by_the_failures_they_address_and_any_sentence_can_go():
     cands = EditsEvolver(client=None).candidates("writer", SEED, COUNTS)
-    # own_words answers 3 + 1, every_fact and removing the restrictive s2 answer 3 (operators
-    # first), same_label_update 1; the rest none (operator order, then the other removals)
+    # own_words and a worked example (2 by default) answer 3 + 1, every_fact and removing the
+    # restrictive s2 answer 3 (operators first), same_label_update 1; the rest none (operator
+    # order, then the other removals)
     assert [c.edit for c in cands] == [
         "add own_words",
+        "add example",
         "add every_fact",
         "remove s2",
         "add same_label_update",
@@ -45,7 +47,7 @@ def test_operators_are_ranked_by_the_failures_they_address_and_any_sentence_can_
     ]
     assert cands[0].addresses == {wf.NEVER_WRITTEN: 3, wf.UPDATE_LOST: 1}
     assert cands[0].text == SEED + "\n" + BY_KEY["own_words"].sentence
-    removal = cands[2]
+    removal = cands[3]
     assert removal.text == "You keep a short memory."
     assert removal.changes == ["removed s2: Do not record details."]
 
@@ -91,7 +93,7 @@ def test_the_validator_refuses_what_a_small_model_gets_wrong(text, problem):
 
 
 def test_the_screen_and_gate_decide_and_every_refused_edit_is_tabu_later(tmp_path):
-    evolver = EditsEvolver(client=None, candidates=3)
+    evolver = EditsEvolver(client=None, candidates=3, max_examples=0)
     # current 0.5; the options: own_words 0.6, every_fact 0.7, remove s2 0.4 (two users)
     screen, seen = screen_with(
         [
@@ -128,7 +130,7 @@ def test_the_screen_and_gate_decide_and_every_refused_edit_is_tabu_later(tmp_pat
 
 
 def test_nothing_taken_says_why(tmp_path):
-    evolver = EditsEvolver(client=None, candidates=2, screen_takes="improved")
+    evolver = EditsEvolver(client=None, candidates=2, screen_takes="improved", max_examples=0)
     screen, _ = screen_with([{"u1": 0.5}, {"u1": 0.9}, {"u1": 0.1}])
     step = propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
     assert step.prompts == {"writer": SEED}
@@ -142,7 +144,7 @@ def test_the_slot_is_validated_and_leak_checked(tmp_path):
 
     with FakeOpenAIServer(reply=reply) as server:
         client = ChatClient(Endpoint(model="m", base_url=server.base_url), cache=tmp_path / "c")
-        evolver = EditsEvolver(client, slot=True, candidates=16)
+        evolver = EditsEvolver(client, slot=True, candidates=16, max_examples=0)
         step = propose(evolver, given({"writer": SEED}, cycle=0))
         sent = [r["messages"][-1]["content"] for r in server.requests]
     assert len(sent) == 1 and "never written" in sent[0]

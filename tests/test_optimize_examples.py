@@ -104,7 +104,8 @@ COUNTS = {wf.NEVER_WRITTEN: 3, wf.ASSISTANT_WORDS: 2}
 
 def test_the_edits_evolver_adds_examples_one_at_a_time_and_can_drop_them():
     base = "You keep a short memory. Note what the user says."
-    assert "add example" not in {c.edit for c in EditsEvolver(None).candidates("w", base, COUNTS)}
+    off = EditsEvolver(None, max_examples=0).candidates("w", base, COUNTS)
+    assert "add example" not in {c.edit for c in off}
     evolver = EditsEvolver(None, max_examples=2, examples_seed=7)
     cands = {c.edit: c for c in evolver.candidates("w", base, COUNTS)}
     one = cands["add example"]

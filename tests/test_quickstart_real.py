@@ -156,7 +156,7 @@ def test_table_and_plot(quickstart, first_run):
     ]["writer"]
     assert f"seed writer prompt: {seed}" in out
     chose = re.search(r"cycle 0: writer: chose (add|remove) \S+ \(addresses [^)]+\)", out)
-    kept = re.search(r"cycle 0: writer unchanged: named failures: .+\n.*refused ", out)
+    kept = "cycle 0: writer unchanged: " in out and re.search(r"cycle 0: writer: refused ", out)
     assert chose or kept, out
     assert re.search(r"selection: cycle \d+ stands for the run \(", out), out
     assert re.search(r"mean diff\s+95% CI\s+p \(sign-flip\)\s+up/tied/down", out), out
