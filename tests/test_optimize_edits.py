@@ -115,7 +115,7 @@ def test_the_screen_and_gate_decide_and_every_refused_edit_is_tabu_later(tmp_pat
         ("add own_words", "screen"),
         ("remove s2", "screen"),
     ]
-    assert step.rejected[0]["reason"].startswith("0.600; replay screen 0.600, 0.700, 0.400")
+    assert step.rejected[0]["reason"] == "scored 0.600 on replay, the current prompt 0.500"
 
     # the same prompt again with the tabu: the two refused edits are not proposed twice
     screen, seen = screen_with([{"u1": 0.5, "u2": 0.5}])

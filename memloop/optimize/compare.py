@@ -913,7 +913,11 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
             lineterm="",
         )
         text = "\n".join(diff)
-        out.append(text or f"{name}: unchanged")
+        out.append(
+            text
+            or f"{name}: the same prompt in cycle 0 and cycle {target} (what each step tried and "
+            "why it was refused: the run's cycle_NN/evolve.json, printed by evolve and quickstart)"
+        )
     return "\n".join(out)
 
 

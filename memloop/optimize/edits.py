@@ -391,12 +391,14 @@ class EditsEvolver:
                 if choice.decision is not None:
                     step.decisions.append(choice.decision)
                 note = choice.note
+                now = "n/a" if choice.current is None else f"{choice.current:.3f}"
                 for i, c in enumerate(chosen):
                     if i == choice.chosen:
                         continue
                     score = choice.scores[i] if i < len(choice.scores) else None
                     shown = "n/a" if score is None else f"{score:.3f}"
-                    refuse(c, "screen" if choice.chosen is not None else "gate", f"{shown}; {note}")
+                    stage = "screen" if choice.chosen is not None else "gate"
+                    refuse(c, stage, f"scored {shown} on replay, the current prompt {now}")
                 taken = None if choice.chosen is None else chosen[choice.chosen]
             tried = "; ".join(f"{c.edit} (addresses {_counts(c.addresses)})" for c in chosen)
             notes.append(f"candidates: {tried}")
