@@ -49,8 +49,9 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix memloop tests benchmarks examples
 	$(BIN)/ruff format memloop tests benchmarks examples
 
+# The first pass of `make test` alone: no model starts (about 5 min on 2 cores).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not scaleout"
+	$(BIN)/python -m pytest -q -n auto -m "not real_model and not slow and not scaleout"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_client.py
