@@ -67,3 +67,25 @@ def no_progress_bars(monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(tqdm, "tqdm", Quiet)
+
+
+@pytest.fixture
+def mem0_fake():
+    """The scripted loopback LLM that plays mem0's extraction and reconciliation for one user
+    (memloop.testing.scripted_llm: a city that changes, and the cello); `.script` holds the
+    requests it answered."""
+    from memloop.testing.fake_server import FakeOpenAIServer
+    from memloop.testing.scripted_llm import ScriptedMemoryLLM, actions_of, facts_of
+
+    script = ScriptedMemoryLLM(facts=facts_of, actions=actions_of)
+    with FakeOpenAIServer(reply=script) as server:
+        server.script = script
+        yield server
+
+
+@pytest.fixture
+def mem0_client(mem0_fake, tmp_path: Path):
+    """A ChatClient on `mem0_fake`."""
+    from memloop.testing.scripted_llm import loopback_client
+
+    return loopback_client(mem0_fake, tmp_path)

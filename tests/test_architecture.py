@@ -171,3 +171,23 @@ def test_the_documented_import_graphs_are_the_code():
         if layer(m) in ("optimize", "runs") and m.count(".") == 2
     }
     assert documented_graph() == code
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in memloop.testing and shared fixtures in conftest.py (issue 43): a
+    test file that imports another one breaks when the files move, and runs its tests twice."""
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            found += [
+                f"{path.name}: {n}"
+                for n in names
+                if n.split(".")[0].startswith(("test_", "conftest"))
+            ]
+    assert found == []

@@ -11,8 +11,6 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_awe_mem0_options import refused_in_one_line
-from test_policies_external import actions_of, client, facts_of  # noqa: F401  (fixture)
 
 from memloop.core.errors import UserError
 from memloop.environment.policy_check import check_policy
@@ -21,7 +19,15 @@ from memloop.llm.endpoint import Endpoint
 from memloop.policies import AWEConfig, build_policy, load_policy_config
 from memloop.policies.external import as_tool_calls, tool_calls_schema
 from memloop.testing import FakeOpenAIServer
-from memloop.testing.scripted_llm import ScriptedMemoryLLM, called_functions, conversation_of
+from memloop.testing.policies import refused_in_one_line
+from memloop.testing.scripted_llm import (
+    ScriptedMemoryLLM,
+    actions_of,
+    called_functions,
+    conversation_of,
+    facts_of,
+    loopback_client,
+)
 
 GRAPH = {"provider": "kuzu"}
 CITY = "Which city do I live in?"
@@ -67,12 +73,17 @@ def fake():
         yield server
 
 
+@pytest.fixture
+def client(fake, tmp_path):
+    return loopback_client(fake, tmp_path)
+
+
 def chat(policy, *texts: str) -> None:
     for text in texts:
         policy.respond(text)
 
 
-def test_awe_writes_reads_and_checkpoints_a_graph(fake, client, tmp_path):  # noqa: F811
+def test_awe_writes_reads_and_checkpoints_a_graph(fake, client, tmp_path):
     config = AWEConfig(update_freq=2, short_term_len=0, graph_store=GRAPH)
     policy = build_policy(config, client, tmp_path / "w")
     chat(policy, "Hi, I live in Lisbon.", "I play the cello.")
@@ -117,7 +128,7 @@ def test_awe_writes_reads_and_checkpoints_a_graph(fake, client, tmp_path):  # no
         p.close()  # twice is safe
 
 
-def test_parallel_users_each_have_their_own_graph(client, tmp_path):  # noqa: F811
+def test_parallel_users_each_have_their_own_graph(client, tmp_path):
     config = AWEConfig(update_freq=2, short_term_len=0, graph_store=GRAPH)
 
     def user(name: str, city: str) -> list[str]:
@@ -133,7 +144,7 @@ def test_parallel_users_each_have_their_own_graph(client, tmp_path):  # noqa: F8
     assert lines == [["user -- lives_in -- lisbon"], ["user -- lives_in -- oslo"]]
 
 
-def test_awe_with_a_graph_meets_the_policy_contract(client, tmp_path):  # noqa: F811
+def test_awe_with_a_graph_meets_the_policy_contract(client, tmp_path):
     config = AWEConfig(update_freq=2, short_term_len=0, graph_store=GRAPH)
     report = check_policy(lambda: build_policy(config, client, tmp_path / "work"), workdir=tmp_path)
     assert report.ok and len(report.checks) > 20

@@ -1,5 +1,5 @@
 """AWE's and RAG's mem0 options against real mem0 and real vector stores (qdrant on disk, faiss),
-with the scripted loopback LLM of test_policies_external: memories land in each user's folder,
+with the scripted loopback LLM of memloop.testing.scripted_llm: memories land in each user's folder,
 checkpoints restore them (a store that lists no vectors gets them from the embedder), parallel
 users never share a store, bad options are one line naming the key, and a policy without the
 option keeps its identity (graph memory: test_awe_graph)."""
@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_policies_external import client, fake  # noqa: F401  (fixtures)
 
 import memloop
 from memloop.core.errors import UserError
@@ -19,6 +18,7 @@ from memloop.core.files import json_sha256
 from memloop.environment.policy_check import check_policy
 from memloop.policies import AWEConfig, RAGConfig, build_policy, load_policy_config
 from memloop.policies.mem0_options import collection_for, mem0_vector_store
+from memloop.testing.policies import refused_in_one_line
 
 SHIPPED = Path(memloop.__file__).parent / "experiments" / "policies"
 QDRANT_ON_DISK = {"provider": "qdrant", "config": {"on_disk": True}}
@@ -37,10 +37,10 @@ def same_memory(a, b, question: str = CITY) -> None:
     assert a.retrieve(question) == b.retrieve(question)
 
 
-def test_awe_on_qdrant_on_disk_checkpoint_and_resume(fake, client, tmp_path):  # noqa: F811
+def test_awe_on_qdrant_on_disk_checkpoint_and_resume(mem0_fake, mem0_client, tmp_path):
     config = AWEConfig(update_freq=2, short_term_len=0, vector_store=QDRANT_ON_DISK)
     workdir = tmp_path / "alice" / "workdir"
-    policy = build_policy(config, client, workdir)
+    policy = build_policy(config, mem0_client, workdir)
     chat(policy, "[Current Time: 2024-01-06 19:40:00]\nHi, I live in Lisbon.", "I play the cello.")
     assert policy.memory_texts() == ["Lives in Lisbon", "Plays the cello"]
     # on disk, in this user's folder: qdrant's local storage of the collection "memories"
@@ -52,7 +52,7 @@ def test_awe_on_qdrant_on_disk_checkpoint_and_resume(fake, client, tmp_path):  #
     assert policy.stats()["memories"] == 2
 
     policy.save(tmp_path / "ckpt")
-    restored = build_policy(config, client, workdir).load(tmp_path / "ckpt")
+    restored = build_policy(config, mem0_client, workdir).load(tmp_path / "ckpt")
     same_memory(restored, policy)
     restored.save(tmp_path / "again")  # the same points, ids and vectors
     assert (tmp_path / "again" / "memories.json").read_bytes() == (
@@ -69,11 +69,11 @@ def test_awe_on_qdrant_on_disk_checkpoint_and_resume(fake, client, tmp_path):  #
     assert not any(f.exists() for f in folders)
 
 
-def test_awe_on_faiss_checkpoints_re_embed_the_stored_vectors(fake, client, tmp_path):  # noqa: F811
+def test_awe_on_faiss_checkpoints_re_embed_the_stored_vectors(mem0_fake, mem0_client, tmp_path):
     import faiss  # noqa: F401  (the dev extra's: a missing install fails here, never skips)
 
     config = AWEConfig(update_freq=2, short_term_len=0, top_k=1, vector_store=FAISS)
-    policy = build_policy(config, client, tmp_path / "bob" / "workdir")
+    policy = build_policy(config, mem0_client, tmp_path / "bob" / "workdir")
     chat(policy, "Hi, I live in Lisbon.", "I play the cello.", "I just moved to Oslo!")
     assert policy.memory_texts() == ["Lives in Oslo", "Plays the cello"]
     assert policy.stats()["events_update"] == 1
@@ -89,7 +89,9 @@ def test_awe_on_faiss_checkpoints_re_embed_the_stored_vectors(fake, client, tmp_
     held = {vid: index.index.reconstruct(i).tolist() for i, vid in index.index_to_id.items()}
     assert {p["id"]: p["vector"] for p in saved["points"]} == held
 
-    restored = build_policy(config, client, tmp_path / "bob" / "workdir").load(tmp_path / "ckpt")
+    restored = build_policy(config, mem0_client, tmp_path / "bob" / "workdir").load(
+        tmp_path / "ckpt"
+    )
     same_memory(restored, policy)
     for p in (policy, restored):
         chat(p, "I moved to Lisbon again.", "My cello needs new strings.")
@@ -98,10 +100,10 @@ def test_awe_on_faiss_checkpoints_re_embed_the_stored_vectors(fake, client, tmp_
         p.close()
 
 
-def test_parallel_users_on_a_local_store_never_share_memories(client, tmp_path):  # noqa: F811
+def test_parallel_users_on_a_local_store_never_share_memories(mem0_client, tmp_path):
     config = RAGConfig(update_freq=2, short_term_len=0, top_k=5, vector_store=QDRANT_ON_DISK)
     said = {"alice": "I live in Lisbon.", "bob": "I live in Oslo."}
-    policies = {u: build_policy(config, client, tmp_path / u / "workdir") for u in said}
+    policies = {u: build_policy(config, mem0_client, tmp_path / u / "workdir") for u in said}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda u: chat(policies[u], said[u], "Tell me a joke."), said))
     for user, policy in policies.items():
@@ -149,9 +151,11 @@ def test_a_server_store_gets_a_collection_per_user_and_its_secret_from_the_envir
 
 
 @pytest.mark.parametrize("store", [QDRANT_ON_DISK, FAISS], ids=["qdrant", "faiss"])
-def test_rag_with_a_store_meets_the_policy_contract(fake, client, tmp_path, store):  # noqa: F811
+def test_rag_with_a_store_meets_the_policy_contract(mem0_fake, mem0_client, tmp_path, store):
     config = RAGConfig(vector_store=store)
-    report = check_policy(lambda: build_policy(config, client, tmp_path / "work"), workdir=tmp_path)
+    report = check_policy(
+        lambda: build_policy(config, mem0_client, tmp_path / "work"), workdir=tmp_path
+    )
     assert report.ok and len(report.checks) > 20
     assert list((tmp_path / "work").iterdir()) == []  # closed policies leave no files
 
@@ -205,27 +209,17 @@ def test_a_bad_option_is_one_line_naming_the_key(tmp_path, kind, option, message
     refused_in_one_line(tmp_path, f"type: {kind}\nvector_store:\n  {option}\n", message)
 
 
-def refused_in_one_line(tmp_path: Path, policy_yaml: str, message: str) -> None:
-    """Loading `policy_yaml` fails with one line: the file, then `message`."""
-    path = tmp_path / "policy.yaml"
-    path.write_text(policy_yaml)
-    with pytest.raises(UserError) as caught:
-        load_policy_config(path)
-    assert str(caught.value).startswith(f"{path}: {message}")
-    assert "\n" not in str(caught.value)
-
-
-def test_dimensions_other_than_the_embedders_are_refused(client, tmp_path):  # noqa: F811
+def test_dimensions_other_than_the_embedders_are_refused(mem0_client, tmp_path):
     config = RAGConfig(vector_store={"provider": "qdrant", "config": {"embedding_model_dims": 768}})
     with pytest.raises(UserError) as caught:
-        build_policy(config, client, tmp_path / "work")
+        build_policy(config, mem0_client, tmp_path / "work")
     assert str(caught.value) == (
         "vector_store.config.embedding_model_dims: 768, but embedding_model gives "
         "384-dimensional vectors (leave it out: memloop sets it)"
     )
     assert list((tmp_path / "work").iterdir()) == []
     same = RAGConfig(vector_store={"provider": "qdrant", "config": {"embedding_model_dims": 384}})
-    build_policy(same, client, tmp_path / "work").close()
+    build_policy(same, mem0_client, tmp_path / "work").close()
 
 
 def test_a_policy_without_the_option_keeps_its_identity(tmp_path):

@@ -5,7 +5,6 @@ mem0's LLM calls routed through the ChatClient, failures not swallowed, and chec
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -14,57 +13,15 @@ from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.policies import AWEConfig, RAGConfig, build_policy
 from memloop.testing.fake_server import FakeOpenAIServer
-from memloop.testing.scripted_llm import ScriptedMemoryLLM, conversation_of
+from memloop.testing.scripted_llm import (
+    ScriptedMemoryLLM,
+    actions_of,
+    facts_of,
+)
 
 
-def facts_of(text: str, body) -> list[str]:
-    excerpt = conversation_of(body)
-    facts = []
-    for city in ("Lisbon", "Oslo"):
-        if f"I live in {city}" in excerpt or f"moved to {city}" in excerpt:
-            facts.append(f"Lives in {city}")
-    if "cello" in excerpt:
-        facts.append("Plays the cello")
-    return facts
-
-
-def actions_of(text: str, body) -> list[dict]:
-    """Reconcile like a careful model: a new city replaces the old one, anything else is added."""
-    prompt = conversation_of(body)
-    existing = dict(re.findall(r"'id': '(\d+)', 'text': '([^']*)'", prompt))
-    facts_part = prompt.split("new retrieved facts", 1)[1]
-    new = json.loads(
-        re.search(r"```\n\s*(\[.*?\])\n\s*```", facts_part, re.S).group(1).replace("'", '"')
-    )
-    actions = []
-    for fact in new:
-        old = next((i for i, t in existing.items() if t.startswith("Lives in")), None)
-        if fact.startswith("Lives in") and old is not None:
-            actions.append(
-                {"id": old, "text": fact, "event": "UPDATE", "old_memory": existing[old]}
-            )
-        elif fact in existing.values():
-            continue
-        else:
-            actions.append({"id": "new", "text": fact, "event": "ADD", "old_memory": ""})
-    return actions
-
-
-@pytest.fixture
-def fake():
-    script = ScriptedMemoryLLM(facts=facts_of, actions=actions_of)
-    with FakeOpenAIServer(reply=script) as server:
-        server.script = script
-        yield server
-
-
-@pytest.fixture
-def client(fake, tmp_path):
-    return ChatClient(Endpoint(model="m", base_url=fake.base_url), cache=tmp_path / "c.sqlite")
-
-
-def test_awe_updates_a_changed_fact_through_our_client(fake, client, tmp_path):
-    policy = build_policy(AWEConfig(update_freq=2, short_term_len=0), client, tmp_path / "w")
+def test_awe_updates_a_changed_fact_through_our_client(mem0_fake, mem0_client, tmp_path):
+    policy = build_policy(AWEConfig(update_freq=2, short_term_len=0), mem0_client, tmp_path / "w")
     policy.respond("[Current Time: 2024-01-06 19:40:00]\nHi, I live in Lisbon.")
     policy.respond("I play the cello on weekends.")
     assert policy.memory_texts() == ["Lives in Lisbon", "Plays the cello"]
@@ -73,24 +30,24 @@ def test_awe_updates_a_changed_fact_through_our_client(fake, client, tmp_path):
     assert policy.stats()["events_update"] == 1
     # mem0's extraction used our prompt as the system message, and its calls went through the
     # ChatClient with the "memory" tag and a JSON schema whose ids mem0 can resolve.
-    extraction = fake.script.requests("facts")[0]
+    extraction = mem0_fake.script.requests("facts")[0]
     assert extraction["messages"][0]["content"] == policy.prompts()["fact_extraction"]
-    update = fake.script.requests("actions")[-1]
+    update = mem0_fake.script.requests("actions")[-1]
     id_schema = update["response_format"]["json_schema"]["schema"]["properties"]["memory"]["items"][
         "properties"
     ]["id"]
     assert id_schema["enum"] == ["0", "1", "new"]
-    assert client.usage.component("memory").calls == len(fake.script.requests("facts")) + len(
-        fake.script.requests("actions")
-    )
+    assert mem0_client.usage.component("memory").calls == len(
+        mem0_fake.script.requests("facts")
+    ) + len(mem0_fake.script.requests("actions"))
     answer = policy.answer("Which city do I live in?")
     assert "[2024-04-03 20:15:00] Lives in Oslo" in answer.retrieved_memories
     assert not any("Lisbon" in m for m in answer.retrieved_memories)
     policy.close()
 
 
-def test_awe_with_prompts_reaches_mem0(fake, client, tmp_path):
-    policy = build_policy(AWEConfig(update_freq=2, short_term_len=0), client, tmp_path)
+def test_awe_with_prompts_reaches_mem0(mem0_fake, mem0_client, tmp_path):
+    policy = build_policy(AWEConfig(update_freq=2, short_term_len=0), mem0_client, tmp_path)
     evolved = policy.with_prompts(
         {
             "fact_extraction": "Note the user's hobbies as JSON facts.",
@@ -98,10 +55,10 @@ def test_awe_with_prompts_reaches_mem0(fake, client, tmp_path):
         }
     )
     evolved.ingest("I play the cello.", "Lovely.")
-    assert fake.script.requests("facts")[-1]["messages"][0]["content"] == (
+    assert mem0_fake.script.requests("facts")[-1]["messages"][0]["content"] == (
         "Note the user's hobbies as JSON facts."
     )
-    assert fake.script.requests("actions")[-1]["messages"][0]["content"].startswith(
+    assert mem0_fake.script.requests("actions")[-1]["messages"][0]["content"].startswith(
         "Prefer UPDATE over ADD."
     )
     assert policy.prompts()["fact_extraction"] != evolved.prompts()["fact_extraction"]
@@ -123,8 +80,10 @@ def test_endpoint_failure_in_reconciliation_is_not_swallowed(tmp_path):
         policy.close()
 
 
-def test_rag_stores_raw_messages_and_retrieves_a_planted_fact(fake, client, tmp_path):
-    policy = build_policy(RAGConfig(update_freq=2, short_term_len=2, top_k=2), client, tmp_path)
+def test_rag_stores_raw_messages_and_retrieves_a_planted_fact(mem0_fake, mem0_client, tmp_path):
+    policy = build_policy(
+        RAGConfig(update_freq=2, short_term_len=2, top_k=2), mem0_client, tmp_path
+    )
     chatter = [
         "What a lovely day.",
         "I live in Lisbon, near the river.",
@@ -134,7 +93,7 @@ def test_rag_stores_raw_messages_and_retrieves_a_planted_fact(fake, client, tmp_
     ]
     for text in chatter:
         policy.respond(text)
-    assert client.usage.component("memory").calls == 0  # RAG writes without any LLM
+    assert mem0_client.usage.component("memory").calls == 0  # RAG writes without any LLM
     stored = policy.memory_texts()
     assert "user: I live in Lisbon, near the river." in stored and len(stored) == 8
     view = policy.memory_view()
@@ -142,13 +101,15 @@ def test_rag_stores_raw_messages_and_retrieves_a_planted_fact(fake, client, tmp_
     assert len(answer.retrieved_memories) == 2
     assert "user: I live in Lisbon, near the river." in answer.retrieved_memories
     assert policy.memory_view() == view
-    system = fake.script.requests("chat")[-1]["messages"][0]["content"]
+    system = mem0_fake.script.requests("chat")[-1]["messages"][0]["content"]
     assert "I live in Lisbon" in system
     policy.close()
 
 
-def test_rag_checkpoint_round_trip(fake, client, tmp_path):
-    policy = build_policy(RAGConfig(update_freq=2, short_term_len=2, top_k=3), client, tmp_path)
+def test_rag_checkpoint_round_trip(mem0_fake, mem0_client, tmp_path):
+    policy = build_policy(
+        RAGConfig(update_freq=2, short_term_len=2, top_k=3), mem0_client, tmp_path
+    )
     for text in (
         "[Current Time: 2024-01-01 09:00:00]\nI live in Lisbon.",
         "I play the cello.",
@@ -158,7 +119,7 @@ def test_rag_checkpoint_round_trip(fake, client, tmp_path):
     policy.save(tmp_path / "ckpt")
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["memories.json", "policy.json"]
     restored = build_policy(
-        RAGConfig(update_freq=2, short_term_len=2, top_k=3), client, tmp_path
+        RAGConfig(update_freq=2, short_term_len=2, top_k=3), mem0_client, tmp_path
     ).load(tmp_path / "ckpt")
     assert restored.memory_view() == policy.memory_view()
     question = "What instrument do I play?"
@@ -169,15 +130,15 @@ def test_rag_checkpoint_round_trip(fake, client, tmp_path):
         p.close()
 
 
-def test_awe_checkpoint_keeps_memories_and_prompts(fake, client, tmp_path):
+def test_awe_checkpoint_keeps_memories_and_prompts(mem0_fake, mem0_client, tmp_path):
     config = AWEConfig(update_freq=2, short_term_len=2)
-    policy = build_policy(config, client, tmp_path).with_prompts(
+    policy = build_policy(config, mem0_client, tmp_path).with_prompts(
         {"memory_update": "Prefer UPDATE."}
     )
     for text in ("I live in Lisbon.", "I play the cello.", "ok"):
         policy.respond(text)
     policy.save(tmp_path / "ckpt")
-    restored = build_policy(config, client, tmp_path).load(tmp_path / "ckpt")
+    restored = build_policy(config, mem0_client, tmp_path).load(tmp_path / "ckpt")
     assert restored.memory_view() == policy.memory_view()
     assert restored.prompts() == policy.prompts()
     assert restored.memory.config.custom_update_memory_prompt == "Prefer UPDATE."
@@ -188,32 +149,36 @@ def test_awe_checkpoint_keeps_memories_and_prompts(fake, client, tmp_path):
         p.close()
 
 
-def test_close_removes_private_files(client, tmp_path):
-    policy = build_policy(RAGConfig(), client, tmp_path / "work")
+def test_close_removes_private_files(mem0_client, tmp_path):
+    policy = build_policy(RAGConfig(), mem0_client, tmp_path / "work")
     private = policy._private_dir
     assert private.parent == tmp_path / "work" and (private / "mem0-history.sqlite").exists()
     policy.close()
     assert not private.exists()
 
 
-def test_embedder_is_loaded_once(client, tmp_path):
-    a = build_policy(RAGConfig(), client, tmp_path)
-    b = build_policy(AWEConfig(), client, tmp_path)
+def test_embedder_is_loaded_once(mem0_client, tmp_path):
+    a = build_policy(RAGConfig(), mem0_client, tmp_path)
+    b = build_policy(AWEConfig(), mem0_client, tmp_path)
     assert a.embedder.model is b.embedder.model and a.embedder.dims == 384
     for p in (a, b):
         p.close()
 
 
 @pytest.mark.parametrize("config_type", [RAGConfig, AWEConfig])
-def test_a_memory_only_answer_leaves_the_raw_buffer_out(fake, client, tmp_path, config_type):
-    policy = build_policy(config_type(update_freq=2, short_term_len=2, top_k=5), client, tmp_path)
+def test_a_memory_only_answer_leaves_the_raw_buffer_out(
+    mem0_fake, mem0_client, tmp_path, config_type
+):
+    policy = build_policy(
+        config_type(update_freq=2, short_term_len=2, top_k=5), mem0_client, tmp_path
+    )
     policy.respond("I live in Lisbon, near the river.")
     policy.respond("I work as a nurse on night shifts.")  # the newest turn, still raw
     assert policy.unwritten_messages() == 2
     policy.answer("Where do I live?")
-    full = fake.script.requests("chat")[-1]["messages"]
+    full = mem0_fake.script.requests("chat")[-1]["messages"]
     policy.answer("Where do I live?", memory_only=True)
-    isolated = fake.script.requests("chat")[-1]["messages"]
+    isolated = mem0_fake.script.requests("chat")[-1]["messages"]
     assert [m["content"] for m in full[1:3]] == [
         "I work as a nurse on night shifts.",
         full[2]["content"],

@@ -170,3 +170,22 @@ def scripted_builder(**policy_options: Any) -> Callable[..., ScriptedPolicy]:
         return policy.with_prompts(prompts) if prompts else policy
 
     return build
+
+
+def refused_in_one_line(tmp_path: Path, policy_yaml: str, message: str) -> None:
+    """Loading `policy_yaml` fails with one line: the file, then `message`.
+
+    The file is written under `tmp_path`; an AssertionError says what was wrong.
+    """
+    from memloop.policies import load_policy_config
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_yaml)
+    try:
+        load_policy_config(path)
+    except UserError as exc:
+        text = str(exc)
+    else:
+        raise AssertionError(f"{path} was accepted; expected: {message}")
+    assert text.startswith(f"{path}: {message}"), text
+    assert "\n" not in text, text

@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
 from memloop.testing.fake_server import request_schema
 
 Handler = Callable[[str, dict[str, Any]], Any]  # (text of the request, request body) -> answer
@@ -102,3 +105,45 @@ def conversation_of(body: dict[str, Any]) -> str:
     """The conversation excerpt a memory-write request carries (its last user message)."""
     users = [m for m in body.get("messages", []) if m.get("role") == "user"]
     return str(users[-1].get("content", "")) if users else ""
+
+
+# -- one scripted user, shared by the mem0 tests: a city that changes, and the cello ------------
+
+
+def facts_of(text: str, body: dict[str, Any]) -> list[str]:
+    """Extract like a careful model: where the user lives (Lisbon or Oslo), and the cello."""
+    excerpt = conversation_of(body)
+    facts = []
+    for city in ("Lisbon", "Oslo"):
+        if f"I live in {city}" in excerpt or f"moved to {city}" in excerpt:
+            facts.append(f"Lives in {city}")
+    if "cello" in excerpt:
+        facts.append("Plays the cello")
+    return facts
+
+
+def actions_of(text: str, body: dict[str, Any]) -> list[dict[str, str]]:
+    """Reconcile like a careful model: a new city replaces the old one, anything else is added."""
+    prompt = conversation_of(body)
+    existing = dict(re.findall(r"'id': '(\d+)', 'text': '([^']*)'", prompt))
+    facts_part = prompt.split("new retrieved facts", 1)[1]
+    listed = re.search(r"```\n\s*(\[.*?\])\n\s*```", facts_part, re.S)
+    assert listed is not None, "no list of new facts in the reconciliation prompt"
+    new = json.loads(listed.group(1).replace("'", '"'))
+    actions = []
+    for fact in new:
+        old = next((i for i, t in existing.items() if t.startswith("Lives in")), None)
+        if fact.startswith("Lives in") and old is not None:
+            actions.append(
+                {"id": old, "text": fact, "event": "UPDATE", "old_memory": existing[old]}
+            )
+        elif fact in existing.values():
+            continue
+        else:
+            actions.append({"id": "new", "text": fact, "event": "ADD", "old_memory": ""})
+    return actions
+
+
+def loopback_client(server: Any, folder: Path) -> ChatClient:
+    """A ChatClient on a fake server (`FakeOpenAIServer`), its response cache under `folder`."""
+    return ChatClient(Endpoint(model="m", base_url=server.base_url), cache=folder / "c.sqlite")
