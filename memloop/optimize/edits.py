@@ -47,7 +47,12 @@ from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
 from memloop.optimize.evolvers import _ENDINGS
-from memloop.optimize.examples import MAX_EXAMPLES, split_examples, with_examples
+from memloop.optimize.examples import (
+    MAX_EXAMPLES,
+    NORMALIZED_PHRASE,
+    split_examples,
+    with_examples,
+)
 from memloop.optimize.playbook import core_units, render_core
 from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
 
@@ -101,7 +106,7 @@ OPERATORS: tuple[Operator, ...] = (
     Operator(
         "normalized",
         (wf.MISREAD,),
-        "As each value, write a short normalized phrase for the user's situation (an amount, a "
+        f"As each value, write a {NORMALIZED_PHRASE} for the user's situation (an amount, a "
         "frequency, a choice) rather than a whole sentence.",
         replaces=("own_words",),
     ),
@@ -248,7 +253,7 @@ class EditsEvolver:
             changes = [f"added ({op.key}): {op.sentence}"] + [
                 f"removed {u[0]} (switched value style): {u[1]}" for u in gone
             ]
-            hit = {f: counts[f] for f in op.addresses if counts.get(f)}
+            hit = _addressed(op.addresses, counts)
             out.append((-sum(hit.values()), rank, Candidate(f"add {op.key}", new, hit, changes)))
         unwritten = counts.get(wf.NEVER_WRITTEN, 0)
         if len(units) > 1:
@@ -276,7 +281,7 @@ class EditsEvolver:
                 )
             )
         if n_examples < self.settings.max_examples:
-            hit = {f: counts[f] for f in EXAMPLE_FAILURES if counts.get(f)}
+            hit = _addressed(EXAMPLE_FAILURES, counts)
             new = with_examples(head, n_examples + 1, seed)
             added = new.splitlines()[-1]
             out.append(
@@ -424,6 +429,11 @@ def refusal(predictor: str, edit: str, text: str, stage: str, reason: str) -> di
     `text` is the sha256 of the refused prompt ("" for a slot fill, refused before it made one).
     """
     return {"predictor": predictor, "edit": edit, "text": text, "stage": stage, "reason": reason}
+
+
+def _addressed(failures: tuple[str, ...], counts: dict[str, int]) -> dict[str, int]:
+    """{failure: wrong pairs} of the named `failures` an edit addresses that the feedback found."""
+    return {f: counts[f] for f in failures if counts.get(f)}
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -34,6 +34,9 @@ import random
 from dataclasses import dataclass
 
 HEADER = "Examples (the memory before, the excerpt, the edits it calls for):"
+NORMALIZED_PHRASE = "short normalized phrase"
+"""The words by which instructions ask for normalized values (the `normalized` edit operator's
+sentence, optimize/edits.py, is written with them): `with_examples` follows them."""
 MAX_EXAMPLES = 4
 """How many distinct examples `write_examples` builds (one of each shape)."""
 
@@ -239,6 +242,6 @@ def with_examples(text: str, n: int, seed: int = 0, *, style: str | None = None)
     """
     head, _ = split_examples(text)
     if style is None:
-        style = "normalized" if "short normalized phrase" in head else "own_words"
+        style = "normalized" if NORMALIZED_PHRASE in head else "own_words"
     block = render_examples(write_examples(n, seed, style=style))
     return f"{head}\n\n{block}" if block else head
