@@ -33,7 +33,8 @@ def small_evolve(
     """An evolve config of an AWI policy on a small procedural environment, written under `root`.
 
     `users`: (train, val, test), each user `periods` x `questions`; MLflow on sqlite and the run
-    folders under `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers).
+    folders under `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers), and
+    a setting of None drops the key (e.g. `evolvers=None` for a search that evolves by itself).
     """
     import yaml
 
@@ -61,6 +62,7 @@ def small_evolve(
         "out_dir": str(root / "runs"),
         **settings,
     }
+    data = {k: v for k, v in data.items() if v is not None}
     (root / "exp.yaml").write_text(yaml.safe_dump(data))
     return load_config(root / "exp.yaml", EvolveConfig)
 
