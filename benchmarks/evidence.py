@@ -18,7 +18,7 @@ Design:
 - the measure: the letter read of every state variable (`probes: {state_read: letters,
   state_probes: all}`): per user the mean probability of the true value (`state_prob`, finer than
   0/1 accuracy: benchmarks/state_prob_power.py), and state accuracy beside it;
-- the loop: the `edits` evolver (optimize/edits.py: edit operators chosen from named write
+- the loop: the `edits` evolver (optimize/evolvers/edits.py: edit operators chosen from named write
   failures, a validator, a tabu memory; the 1.5B optimizer only fills one short slot, a list of
   kinds of information), 4 evolution steps (5 cycles),
   complete feedback with named failures, each step's candidates screened by replay on the

@@ -84,7 +84,7 @@ def experiment_config(args: argparse.Namespace, search: str, evolvers: list[str]
 
 def report(tracking_uri: str, experiment: str) -> dict[str, Any]:
     """The paired comparison (compare's table) and each condition's numbers, for the README."""
-    from memloop.optimize.compare import compare
+    from memloop.results.compare import compare
 
     result = compare(tracking_uri, experiment)
     rows = []

@@ -1,7 +1,8 @@
 """Worked examples in the writer prompt: the curve over their number (issue 42, deliverable 5).
 
 The question, fixed before the run: **does a writer prompt store more of the user's facts when
-it shows worked examples (optimize/examples.py), and how does that depend on their number?**
+it shows worked examples (optimize/evolvers/examples.py), and how does that depend on their
+number?**
 
 Design (the DESIGN dict below, committed before the run):
 - the evidence benchmark's environment and policy (benchmarks/evidence.py: procedural, 4 values
@@ -72,7 +73,7 @@ DESIGN: dict[str, Any] = {
 
 
 def prompts_of(arm: str) -> dict[str, str]:
-    from memloop.optimize.examples import with_examples
+    from memloop.optimize.evolvers.examples import with_examples
 
     base, k = DESIGN["arms"][arm]
     text = {"seed": evidence.SEED_PROMPT, "hand": evidence.HAND_PROMPT}[base]

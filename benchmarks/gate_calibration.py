@@ -164,7 +164,7 @@ def measured_pool(path: Path, scoring: str, changes: list[str]) -> list[float]:
 
 def screen_once(draws: Any, users: int, candidates: int, effect: float) -> dict[str, bool]:
     """One screen: the gate's choice and the old rule's, on one set of draws."""
-    from memloop.optimize.playbook import PlaybookEvolver, PlaybookSettings
+    from memloop.optimize.evolvers.playbook import PlaybookEvolver, PlaybookSettings
 
     p = draws.users(users)
     values = {"current": draws.baseline(p)}
@@ -198,7 +198,7 @@ def screen_once(draws: Any, users: int, candidates: int, effect: float) -> dict[
 
 
 def cycle_records(draws: Any, users: int, cycles: int, effect: float) -> list[Any]:
-    from memloop.optimize.cycles import CycleRecord, SplitResult
+    from memloop.runs.cycles import CycleRecord, SplitResult
 
     p = draws.users(users)
     records = []
@@ -223,7 +223,7 @@ def cycle_records(draws: Any, users: int, cycles: int, effect: float) -> list[An
 
 
 def selection_once(draws: Any, users: int, cycles: int, effect: float) -> dict[str, bool]:
-    from memloop.optimize.cycles import best_alias_cycle, select_cycle
+    from memloop.runs.cycles import best_alias_cycle, select_cycle
 
     records = cycle_records(draws, users, cycles, effect)
     selection = select_cycle(records, "state_accuracy")

@@ -176,7 +176,7 @@ def passing_gate():
 
 
 def test_each_model_is_paired_with_its_own_baseline(two_models):
-    from memloop.optimize.compare import compare, run_histories
+    from memloop.results.compare import compare, run_histories
 
     config, (base_a, evolved_a), (base_b, evolved_b) = two_models
     result = compare(config.tracking_uri, "unit")
@@ -274,7 +274,7 @@ def test_each_model_is_paired_with_its_own_baseline(two_models):
 
 
 def test_an_explicit_baseline_is_picked_within_its_group_only(two_models):
-    from memloop.optimize.compare import compare
+    from memloop.results.compare import compare
 
     config, (base_a, evolved_a), (base_b, evolved_b) = two_models
     # a run id: the baseline of its own group; the other group has none
@@ -298,7 +298,7 @@ def test_an_explicit_baseline_is_picked_within_its_group_only(two_models):
 
 def test_a_group_without_a_baseline_is_shown_unpaired_with_a_note(tmp_path, capsys):
     from memloop.experiments.cli import main
-    from memloop.optimize.compare import compare
+    from memloop.results.compare import compare
 
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         config, (base_a, evolved_a) = evolve(tmp_path, fake, "model-a")
@@ -335,8 +335,8 @@ def test_a_group_without_a_baseline_is_shown_unpaired_with_a_note(tmp_path, caps
 
 def log_run(mlc, exp, key, *, mode, evolver, per_user, like=None, spec=None):
     """An MLflow run as evolve logs it: one cycle, `spec.*` params and (if given) `memloop.like`."""
-    from memloop.optimize.cycles import CycleRecord, SplitResult
     from memloop.runs import tracker
+    from memloop.runs.cycles import CycleRecord, SplitResult
 
     split = SplitResult(
         users=len(per_user),
@@ -374,7 +374,7 @@ def spec(agent: str, users: str = '["u0", "u1"]') -> dict[str, str]:
 
 def test_older_runs_form_their_own_unpaired_group_and_headings_name_what_differs(tmp_path):
     from memloop.core.errors import UserError
-    from memloop.optimize.compare import compare
+    from memloop.results.compare import compare
     from memloop.runs import tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -418,7 +418,7 @@ def test_older_runs_form_their_own_unpaired_group_and_headings_name_what_differs
     assert old_section.startswith("3: runs logged by an older memloop (no run spec) ===")
     assert "paired with the baseline" not in old_section
     # the note ends the section (wrapped at 100 columns: compared with its spaces joined)
-    from memloop.optimize.compare import OLDER_NOTE
+    from memloop.results.compare import OLDER_NOTE
 
     assert " ".join(old_section.split()).endswith(OLDER_NOTE) and OLDER_NOTE.startswith(OLDER)
     assert result["table"].count(OLDER) == 1
@@ -461,7 +461,7 @@ def test_older_runs_form_their_own_unpaired_group_and_headings_name_what_differs
 
 def test_a_single_group_keeps_its_layout(two_models):
     """One model's runs alone: no group headings or notes, and the tables its group shows."""
-    from memloop.optimize.compare import compare, format_rows
+    from memloop.results.compare import compare, format_rows
 
     config, (base_a, evolved_a), _ = two_models
     result = compare(config.tracking_uri, "unit")

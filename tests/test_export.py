@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memloop.optimize.export import Exported, mem0_config, write_export
-from memloop.optimize.store import CycleStore
 from memloop.policies.programs import (
     AWE_FACT_EXTRACTION_INSTRUCTIONS,
     AWE_MEMORY_UPDATE_INSTRUCTIONS,
@@ -19,6 +17,8 @@ from memloop.policies.programs import (
     AWIProgram,
     program_prompts,
 )
+from memloop.results.export import Exported, mem0_config, write_export
+from memloop.runs.store import CycleStore
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 from memloop.testing.commands import small_evolve
 

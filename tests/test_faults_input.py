@@ -365,7 +365,7 @@ def test_evolve_prints_an_experiment_name_with_its_control_characters_escaped(ev
 
 
 def test_ctrl_c_in_export_stops_before_writing(evolved, tmp_path, capsys, monkeypatch):
-    from memloop.optimize.store import CycleStore
+    from memloop.runs.store import CycleStore
 
     calls: list[int] = []
     record = CycleStore.record
@@ -441,7 +441,7 @@ def test_a_dspy_export_does_not_replace_a_source_json_it_did_not_write(evolved, 
 
 def test_a_mem0_config_with_the_users_llm_merged_in_is_not_replaced(tmp_path):
     from memloop.core.errors import UserError
-    from memloop.optimize.export import Exported, write_export
+    from memloop.results.export import Exported, write_export
 
     exported = Exported(
         run="r",

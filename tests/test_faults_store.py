@@ -16,7 +16,7 @@ import pytest
 
 from memloop.core.errors import UserError, exit_on_user_error
 from memloop.experiments.cli import main
-from memloop.runs import tracker
+from memloop.runs import tracker, tracker_store
 from memloop.testing import (
     FakeOpenAIServer,
     evolve_loop_reply,
@@ -29,7 +29,7 @@ from memloop.testing import (
 @pytest.fixture(autouse=True)
 def short_busy_timeout(monkeypatch):
     """A locked store fails after 0.3 s instead of MLflow's 20 s."""
-    monkeypatch.setattr(tracker, "SQLITE_BUSY_TIMEOUT", 0.3)
+    monkeypatch.setattr(tracker_store, "SQLITE_BUSY_TIMEOUT", 0.3)
 
 
 def head_revision() -> str:

@@ -387,8 +387,7 @@ class LeakingSearch:
         self.settings = settings or NoSettings()
 
     def cycles(self, ctx):
-        from memloop.optimize.context import split_results
-        from memloop.optimize.cycles import CycleRecord
+        from memloop.runs.cycles import CycleRecord, split_results
 
         proposed = dict(ctx.initial_prompts)
         for k in range(ctx.config.cycles):

@@ -12,7 +12,7 @@ from memloop.feedback.summary import FeedbackSummary
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.optimize.contract import EvolveInput, propose
-from memloop.optimize.edits import BY_KEY, EditsEvolver, validate
+from memloop.optimize.evolvers.edits import BY_KEY, EditsEvolver, validate
 from memloop.testing import FakeOpenAIServer, scripted_screen
 
 SEED = "You keep a short memory. Do not record details."

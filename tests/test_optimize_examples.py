@@ -8,8 +8,8 @@ from memloop.core.leaks import LeakCheck, named
 from memloop.environment import catalogue
 from memloop.environment import procedural as gen
 from memloop.feedback import write_failures as wf
-from memloop.optimize.edits import BY_KEY, EditsEvolver, validate_edit
-from memloop.optimize.examples import (
+from memloop.optimize.evolvers.edits import BY_KEY, EditsEvolver, validate_edit
+from memloop.optimize.evolvers.examples import (
     DEMO_KINDS,
     HEADER,
     MAX_EXAMPLES,

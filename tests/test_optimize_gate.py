@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memloop.optimize.cycles import CycleRecord, SplitResult, best_alias_cycle, select_cycle
+from memloop.runs.cycles import CycleRecord, SplitResult, best_alias_cycle, select_cycle
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 
 VAL = [f"v{i}" for i in range(10)]
@@ -138,9 +138,9 @@ def test_best_alias_tags_and_gate_log_follow_the_verdict(tmp_path, second, best_
 
 def test_an_evolve_run_with_the_letter_read_logs_state_prob_and_can_rank_on_it(tmp_path):
     from memloop.experiments.cli import main
-    from memloop.optimize.compare import compare
     from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
+    from memloop.results.compare import compare
     from memloop.runs import tracker
 
     (tmp_path / "awi.yaml").write_text("type: awi\n")

@@ -211,7 +211,7 @@ def test_shipped_experiment_files_parse():
 
 def test_compare_table_and_prompt_diff(tmp_path, capsys):
     from memloop.experiments.cli import main
-    from memloop.optimize.compare import compare
+    from memloop.results.compare import compare
 
     with FakeOpenAIServer(reply=fake_reply) as fake:
         config, outcomes = run(
@@ -294,7 +294,7 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
     )
     from matplotlib.image import imread
 
-    from memloop.optimize.plots import PANEL_WIDTH, PNG_DPI
+    from memloop.results.plots import PANEL_WIDTH, PNG_DPI
 
     height, width = imread(plot).shape[:2]  # a panel per defined metric, the legend below
     assert width % round(PANEL_WIDTH * PNG_DPI) == 0 and width > height
@@ -303,7 +303,7 @@ def test_compare_table_and_prompt_diff(tmp_path, capsys):
 
 
 def split(memory_score, users=None):
-    from memloop.optimize.cycles import SplitResult
+    from memloop.runs.cycles import SplitResult
 
     per_user = {
         u: {"memory_score": v, "overall": 0.5, "factual_recall": None}
@@ -333,9 +333,9 @@ def log_one_cycle_run(mlc, exp, key, tags, record, prompts='{"writer": "a"}'):
 
 
 def test_compare_selects_on_validation_and_reports_the_test_score(tmp_path):
-    from memloop.optimize.compare import compare, run_histories
-    from memloop.optimize.cycles import CycleRecord
+    from memloop.results.compare import compare, run_histories
     from memloop.runs import tracker
+    from memloop.runs.cycles import CycleRecord
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlc = tracker.client(uri)
@@ -385,9 +385,9 @@ def test_compare_pairs_each_condition_with_the_baseline_on_shared_users(tmp_path
     import json as _json
 
     from memloop.core.stats import sign_flip_p, t_interval
-    from memloop.optimize.compare import compare
-    from memloop.optimize.cycles import CycleRecord
+    from memloop.results.compare import compare
     from memloop.runs import tracker
+    from memloop.runs.cycles import CycleRecord
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlc = tracker.client(uri)
@@ -436,9 +436,9 @@ def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_p
 
     from scipy import stats as sps
 
-    from memloop.optimize.compare import compare
-    from memloop.optimize.cycles import CycleRecord
+    from memloop.results.compare import compare
     from memloop.runs import tracker
+    from memloop.runs.cycles import CycleRecord
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlc = tracker.client(uri)
@@ -491,8 +491,8 @@ def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_p
 
 def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
     from memloop.llm.client import DRAW_SEED_STRIDE
-    from memloop.optimize.compare import compare, repeat_summaries
     from memloop.optimize.evolve import run_evolve
+    from memloop.results.compare import compare, repeat_summaries
 
     def go(fake, **more):
         config = load_config(write_config(tmp_path, **BASELINE_AND_EVOLVED, **more), EvolveConfig)
@@ -559,9 +559,9 @@ def test_repeats_without_sampling_are_refused_before_anything_runs(tmp_path):
 def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
     import json as _json
 
-    from memloop.optimize.compare import compare
-    from memloop.optimize.cycles import CycleRecord
+    from memloop.results.compare import compare
     from memloop.runs import tracker
+    from memloop.runs.cycles import CycleRecord
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlc = tracker.client(uri)
@@ -585,7 +585,7 @@ def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
     for r in (0, 1):
         log_run(f"evolved-r{r}", "complete", "reflective", r, evolved[r])
     result = compare(uri, "reps")
-    from memloop.optimize.compare import repeat_summaries
+    from memloop.results.compare import repeat_summaries
 
     _, summary = repeat_summaries(result["rows"])
     # repeat 0: +0.3 for u0..u3; repeat 1: -0.1, +0.1, -0.1 for u0..u2 (u3 not in repeat 1)
@@ -911,8 +911,8 @@ def test_evolve_prints_the_objective_its_selection_and_the_compare_command(
 
 
 def test_a_selection_without_a_validation_value_says_so(tmp_path, capsys):
-    from memloop.optimize.cycles import Selection
     from memloop.optimize.report import selection_line
+    from memloop.runs.cycles import Selection
 
     class Outcome:
         selection = Selection(cycle=0, rule="the seed (no val_memory_score: nothing to choose on)")
@@ -926,7 +926,7 @@ def test_a_selection_without_a_validation_value_says_so(tmp_path, capsys):
 def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):
     from memloop.optimize.contract import EvolveStep
     from memloop.optimize.report import step_lines
-    from memloop.optimize.store import CycleStore
+    from memloop.runs.store import CycleStore
 
     store = CycleStore(tmp_path)
     store.cycle_dir(1).mkdir(parents=True)
@@ -945,7 +945,7 @@ def test_a_prompt_left_unchanged_prints_the_evolvers_reason(tmp_path):
 def test_a_changed_prompt_prints_the_edit_its_reason_the_diff_and_what_was_refused(tmp_path):
     from memloop.optimize.contract import EvolveStep
     from memloop.optimize.report import step_lines
-    from memloop.optimize.store import CycleStore
+    from memloop.runs.store import CycleStore
 
     store = CycleStore(tmp_path)
     store.cycle_dir(0).mkdir(parents=True)

@@ -14,7 +14,7 @@ from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
 from memloop.optimize.contract import EvolveInput
 from memloop.optimize.evolver_check import check_evolver
-from memloop.optimize.playbook import (
+from memloop.optimize.evolvers.playbook import (
     HEADER,
     PlaybookEvolver,
     render_playbook,

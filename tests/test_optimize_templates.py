@@ -21,7 +21,7 @@ def templates() -> dict[str, str]:
     """Every module-level text an optimizer sends: UPPER_CASE strings of its modules."""
     found = {}
     for op in edits.OPERATORS:  # the edit operators' sentences enter prompts as they are
-        found[f"memloop.optimize.edits.OPERATORS.{op.key}"] = op.sentence
+        found[f"memloop.optimize.evolvers.edits.OPERATORS.{op.key}"] = op.sentence
     for module in (playbook, evolvers, gepa_search, edits):
         for name, value in vars(module).items():
             if (
@@ -36,12 +36,12 @@ def templates() -> dict[str, str]:
 def test_the_templates_are_found():
     names = set(templates())
     assert {
-        "memloop.optimize.playbook.DELTA_SYSTEM",
-        "memloop.optimize.playbook.DELTA_USER",
+        "memloop.optimize.evolvers.playbook.DELTA_SYSTEM",
+        "memloop.optimize.evolvers.playbook.DELTA_USER",
         "memloop.optimize.evolvers.REFLECT_SYSTEM",
         "memloop.optimize.evolvers.RULES_SYSTEM",
-        "memloop.optimize.edits.SLOT_SYSTEM",
-        "memloop.optimize.edits.OPERATORS.own_words",
+        "memloop.optimize.evolvers.edits.SLOT_SYSTEM",
+        "memloop.optimize.evolvers.edits.OPERATORS.own_words",
     } <= names
 
 

@@ -15,10 +15,10 @@ from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.optimize import registry
 from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings, propose
-from memloop.optimize.cycles import CycleRecord
 from memloop.optimize.evolver_check import check_evolver
-from memloop.optimize.gepa_search import GepaReflection
 from memloop.optimize.search_check import SearchCheckError, check_search
+from memloop.optimize.searches.gepa import GepaReflection
+from memloop.runs.cycles import CycleRecord
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 
 SEARCH_SETTINGS = {"gepa": {"minibatch_size": 1, "max_metric_calls": 4}}
@@ -96,7 +96,7 @@ class Counting:
         self.settings = settings or NoSettings()
 
     def record(self, k, ctx):
-        from memloop.optimize.cycles import SplitResult
+        from memloop.runs.cycles import SplitResult
 
         zero = SplitResult(
             users=1,
@@ -315,7 +315,7 @@ def test_settings_are_recorded_in_the_run_spec_and_change_the_run(tmp_path, fake
 
 COUNTING_FILE = SEARCH_FILE.replace(
     "        yield from ()",
-    """        from memloop.optimize.cycles import CycleRecord, SplitResult
+    """        from memloop.runs.cycles import CycleRecord, SplitResult
 
         zero = SplitResult(users=1, memory_score=0.0, overall=0.0, factual_recall=None,
                            write=0, read=0, utilization=0)

@@ -1,4 +1,4 @@
-"""The evolution figure (optimize/plots.py): its numbers (per-cycle means and 95% t intervals over
+"""The evolution figure (results/plots.py): its numbers (per-cycle means and 95% t intervals over
 users), its panels (titles with split and n, chance lines, the selected cycle, no panel for an
 undefined metric, the objective first), its files (PNG, PDF, SVG) and its MLflow artifacts at the
 end of `memloop evolve` on the fake endpoint and the real sqlite store."""
@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from memloop.optimize.compare import curves
-from memloop.optimize.cycles import CycleRecord, Selection, SplitResult
-from memloop.optimize.plots import (
+from memloop.results.compare import curves
+from memloop.results.plots import (
     Band,
     cycle_bands,
     cycles_figure,
@@ -23,6 +22,7 @@ from memloop.optimize.plots import (
     panel_metrics,
     plot_cycles,
 )
+from memloop.runs.cycles import CycleRecord, Selection, SplitResult
 
 USERS = ("u1", "u2", "u3", "u4")
 # state accuracy per user and cycle on the test users; cycle 1 is [0.5, 0.75, 1.0, 0.25]

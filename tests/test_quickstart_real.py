@@ -116,7 +116,7 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
         assert len(run.data.params["spec.environment.procedural.catalogue_sha256"]) == 64
     # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
     # prompt, the feedback modes logged the summary the evolver read
-    from memloop.optimize.compare import _download_text
+    from memloop.results.compare import _download_text
 
     for mode, run in runs.items():
         rid = run.info.run_id
@@ -164,7 +164,7 @@ def test_table_and_plot(quickstart, first_run):
     plot = root / "out" / "quickstart.png"
     from matplotlib.image import imread
 
-    from memloop.optimize.plots import PANEL_WIDTH, PNG_DPI
+    from memloop.results.plots import PANEL_WIDTH, PNG_DPI
 
     pixels = imread(plot)
     height, width = pixels.shape[:2]  # a panel per defined metric, the legend below

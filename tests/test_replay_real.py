@@ -65,7 +65,7 @@ def test_the_edits_evolver_names_failures_and_screens_its_edits_on_the_real_mode
     from memloop.feedback.summary import episode_summary
     from memloop.feedback.write_failures import episode_pairs, failure_block, failure_counts
     from memloop.optimize.contract import EvolveInput, propose
-    from memloop.optimize.edits import EditsEvolver
+    from memloop.optimize.evolvers.edits import EditsEvolver
     from memloop.optimize.replay_score import replay_screen
 
     seed = "Write one label, topic, naming what the conversation was about in two words."

@@ -95,7 +95,7 @@ def test_names_never_build_paths(tmp_path, monkeypatch, name):
     """An experiment, a policy's name and a study are names: their folders stay under runs/."""
     from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
     from memloop.optimize.context import RunContext
-    from memloop.optimize.episode_search import EpisodeSearch
+    from memloop.optimize.searches.episode import EpisodeSearch
     from memloop.testing import fake_roles, scripted_builder
 
     monkeypatch.chdir(tmp_path)

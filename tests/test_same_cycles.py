@@ -2,10 +2,10 @@
 
 A fixed evolve run per search (episode with the reflective, playbook and edits evolvers, period,
 GEPA; AWI on a procedural environment of 4 users, the fake endpoint's deterministic replies) is
-compared with what the code wrote before the move (tests/data/golden_cycles, made at 63bed7c by
-`python tests/test_same_cycles.py --write`): every cycle's records, prompts, steps and summaries,
-the run's identity, and the metrics and tags it logged to MLflow. Only wall-clock times, the
-fake server's random port and absolute paths are left out.
+compared with what the code wrote before the move (tests/data/golden_cycles, made at 7d9aa7f, the
+code of 63bed7c, by `python tests/test_same_cycles.py --write`): every cycle's records, prompts,
+steps and summaries, the run's identity, and the metrics and tags it logged to MLflow. Left out:
+wall-clock times, the commit, the fake server's random port and absolute paths.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ CASES = {
         "gepa": {"minibatch_size": 1, "max_metric_calls": 6},
     },
 }
-# wall-clock times, and the run key and its short form, which hash the fake server's random port
-# (spec.json, compared scrubbed, holds what the key hashes)
+# wall-clock times, the commit, and the run key and its short form, which hash the fake server's
+# random port (spec.json, compared scrubbed, holds what the key hashes)
 VOLATILE = {"seconds", "started", "finished", "created", "timestamp", "search_seconds"}
+VOLATILE |= {"git_revision"}
 VOLATILE |= {"key", "spec.key", "memloop.run_key", "memloop.like"}
 
 

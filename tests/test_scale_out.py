@@ -186,7 +186,7 @@ def test_evolve_compare_export_and_ui_over_a_tracking_server(tmp_path, mlflow_se
     )
     assert code == 0, capsys.readouterr().err
     selected = evolved.selection.cycle
-    from memloop.optimize.store import CycleStore
+    from memloop.runs.store import CycleStore
 
     prompts = CycleStore(evolved.run_dir).saved_prompts(selected)
     text = out.read_text()

@@ -106,7 +106,7 @@ MARGINAL += ["recall", "tokens"]
 
 def test_compare_fits_100_columns_with_the_objective_first(experiment):
     from memloop.experiments.commands.quickstart_cmd import per_cycle_table
-    from memloop.optimize.compare import compare
+    from memloop.results.compare import compare
 
     result = compare(experiment.tracking_uri, "tables")
     table = result["table"]

@@ -33,20 +33,19 @@ from memloop.llm.usage import add_costs
 from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
-from memloop.optimize.cycles import (
+from memloop.runs import gate_log, tracker
+from memloop.runs.cycles import (
     CYCLE_METRICS,
     CycleRecord,
     Selection,
-    SplitResult,
     best_alias_cycle,
     select_cycle,
     val_per_user,
 )
-from memloop.optimize.store import CycleStore
-from memloop.runs import gate_log, tracker
 from memloop.runs.folder import open_run_folder
 from memloop.runs.inputs import load_environment, load_policy, roles
 from memloop.runs.spec import RunSpec
+from memloop.runs.store import CycleStore
 
 # ---------------------------------------------------------------- inputs
 
@@ -485,25 +484,3 @@ class RunContext:
             )
         if entries:
             gate_log.record(self.run_dir, *entries)
-
-
-def split_results(results: dict[str, EvaluationResult]) -> dict[str, SplitResult]:
-    return {s: SplitResult.from_metrics(r.metrics) for s, r in results.items()}
-
-
-def usage_tokens(results: Iterable[EvaluationResult]) -> dict[str, int]:
-    """Tokens per component summed over evaluations."""
-    return {k: int(v) for k, v in _per_component(results, "usage").items()}
-
-
-def usage_cost(results: Iterable[EvaluationResult]) -> dict[str, float]:
-    """Dollars per priced component summed over evaluations (empty: nothing had a price)."""
-    return _per_component(results, "cost_usd")
-
-
-def _per_component(results: Iterable[EvaluationResult], key: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for result in results:
-        for k, v in result.metrics.get(key, {}).items():
-            out[k] = out.get(k, 0) + v
-    return out

@@ -18,34 +18,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from memloop.core.leaks import LeakCheck, described
 from memloop.feedback.summary import FeedbackSummary
-from memloop.optimize.cycles import CycleRecord
+from memloop.runs.cycles import CycleRecord, EvolveStep
 
 
 class NoSettings(BaseModel):
     """The settings of an optimizer that has none."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-class EvolveStep(BaseModel):
-    """One proposal: the next prompts, what changed, what was kept and why, and its cost."""
-
-    prompts: dict[str, str]
-    changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
-    errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
-    tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
-    # dollars of those tokens (its calls and replay screening); None: no call had a price
-    cost_usd: float | None = Field(None, ge=0.0)
-    leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (set by `propose`)
-    # the gate's decisions this step made (runs/gate_log.py entries: the replay screen's)
-    decisions: list[dict[str, Any]] = Field(default_factory=list)
-    # edits refused this step, each {predictor, edit, text (its sha256), stage, reason}: the
-    # tabu memory later steps read (EvolveInput.rejected) so that none is proposed twice
-    rejected: list[dict[str, Any]] = Field(default_factory=list)
 
 
 EVOLVER_MEMBERS = ("name", "Settings", "propose")  # on the class; its instances add `settings`

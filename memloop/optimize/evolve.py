@@ -148,7 +148,7 @@ def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
     """
     if not outcome.cycles:
         return []
-    from memloop.optimize.plots import figure_complete, figure_paths
+    from memloop.results.plots import figure_complete, figure_paths
     from memloop.runs import tracker
 
     png = outcome.run_dir / "figures" / f"{FIGURE_STEM}.png"
@@ -163,8 +163,8 @@ def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
             return []  # a rerun that added no cycle: the figure drawn and logged before stands
         tracker.log_figure(mlc, outcome.run_id, paths)
         return paths
-    from memloop.optimize.compare import curves, headline_split
-    from memloop.optimize.plots import plot_cycles
+    from memloop.results.compare import curves, headline_split
+    from memloop.results.plots import plot_cycles
 
     history = curves(
         outcome.mode,

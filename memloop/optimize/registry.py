@@ -27,13 +27,13 @@ from memloop.optimize.contract import EVOLVER_MEMBERS, SEARCH_MEMBERS, Evolver, 
 Kind = Literal["evolver", "search"]
 ENTRY_POINT_GROUP = "memloop.optimizers"
 BUILTIN: dict[str, str] = {
-    "none": "memloop.optimize.evolvers:NoEvolver",
-    "reflective": "memloop.optimize.evolvers:ReflectiveEvolver",
-    "playbook": "memloop.optimize.playbook:PlaybookEvolver",
-    "edits": "memloop.optimize.edits:EditsEvolver",
-    "episode": "memloop.optimize.episode_search:EpisodeSearch",
-    "period": "memloop.optimize.period_cadence:PeriodSearch",
-    "gepa": "memloop.optimize.gepa_search:GepaSearch",
+    "none": "memloop.optimize.evolvers.none:NoEvolver",
+    "reflective": "memloop.optimize.evolvers.reflective:ReflectiveEvolver",
+    "playbook": "memloop.optimize.evolvers.playbook:PlaybookEvolver",
+    "edits": "memloop.optimize.evolvers.edits:EditsEvolver",
+    "episode": "memloop.optimize.searches.episode:EpisodeSearch",
+    "period": "memloop.optimize.searches.period:PeriodSearch",
+    "gepa": "memloop.optimize.searches.gepa:GepaSearch",
 }
 _REGISTERED: dict[str, type] = {}
 _MEMBERS: dict[Kind, tuple[str, ...]] = {"evolver": EVOLVER_MEMBERS, "search": SEARCH_MEMBERS}

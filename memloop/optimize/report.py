@@ -104,7 +104,7 @@ def step_lines(outcome: Any) -> list[str]:
     the edits refused, each with its stage and reason (an evolver with a tabu memory records
     them), so a run that changed nothing says what it tried.
     """
-    from memloop.optimize.store import CycleStore
+    from memloop.runs.store import CycleStore
 
     store = CycleStore(outcome.run_dir)
     lines = []
@@ -148,7 +148,7 @@ def _short(text: str, limit: int = 160) -> str:
 
 def sentence_diff(old: str, new: str) -> list[str]:
     """The sentences `new` drops from `old` (- ...) and adds (+ ...), in order."""
-    from memloop.optimize.playbook import core_units
+    from memloop.optimize.evolvers.playbook import core_units
 
     before = [t for _, t, _ in core_units(old)]
     after = [t for _, t, _ in core_units(new)]

@@ -21,7 +21,7 @@ from typing import Any
 from memloop.core.checks import CheckReport, ContractError
 from memloop.llm.roles import RoleClients
 from memloop.optimize.contract import SEARCH_MEMBERS, check_declaration
-from memloop.optimize.cycles import CycleRecord
+from memloop.runs.cycles import CycleRecord
 
 
 class SearchCheckError(ContractError):

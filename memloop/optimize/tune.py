@@ -53,8 +53,8 @@ from memloop.optimize.context import (
     role_clients,
     split_users,
 )
-from memloop.optimize.cycles import cost_metrics
 from memloop.runs import tracker
+from memloop.runs.cycles import cost_metrics
 from memloop.runs.spec import RunSpec, differences
 
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users

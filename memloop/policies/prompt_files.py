@@ -5,7 +5,7 @@
   ``custom_update_memory_prompt`` (AWE's ``fact_extraction`` and ``memory_update``);
 - dspy: a program's state saved by DSPy's ``save`` (``{predictor: {signature: {instructions}}}``).
 
-`memloop export` writes these (optimize/export.py); a policy YAML's ``prompts_from:`` reads them
+`memloop export` writes these (results/export.py); a policy YAML's ``prompts_from:`` reads them
 (runs/inputs.py), so an exported prompt starts an `eval` on new users or models, or an evolve.
 """
 

@@ -164,7 +164,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
 def run_compare_cmd(args: argparse.Namespace) -> int:
     import sys
 
-    from memloop.optimize.compare import compare, format_rows
+    from memloop.results.compare import compare, format_rows
 
     result = compare(args.tracking_uri, args.experiment, args.run, args.to, args.baseline)
     info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
@@ -177,8 +177,8 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
     if args.plot:
         from pathlib import Path
 
-        from memloop.optimize.compare import run_histories
-        from memloop.optimize.plots import plot_cycles
+        from memloop.results.compare import run_histories
+        from memloop.results.plots import plot_cycles
 
         written = plot_cycles(run_histories(result["rows"]), Path(args.plot), title=args.experiment)
         print(f"\nplot: {', '.join(str(p) for p in written)}", file=info)
@@ -188,7 +188,7 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
 def run_export_cmd(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from memloop.optimize.export import load_exported, write_export
+    from memloop.results.export import load_exported, write_export
 
     exported = load_exported(args.run, args.tracking_uri, args.cycle)
     written = write_export(exported, args.format, Path(args.out))

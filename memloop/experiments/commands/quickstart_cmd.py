@@ -54,10 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_quickstart(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
-    from memloop.optimize.compare import compare
     from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
-    from memloop.optimize.plots import plot_cycles
+    from memloop.results.compare import compare
+    from memloop.results.plots import plot_cycles
 
     started = time.perf_counter()
     endpoint = endpoint_ref(args)
@@ -82,7 +82,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     shown = evolving[-1] if evolving else outcomes[-1]
     result = compare(config.tracking_uri, config.experiment_name, run=shown.run_id, to="last")
     plot = Path(args.out) / "quickstart.png"
-    from memloop.optimize.compare import run_histories
+    from memloop.results.compare import run_histories
     from memloop.runs import tracker
 
     figures = plot_cycles(
@@ -93,7 +93,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     mlc = tracker.client(config.tracking_uri)
     for row in result["rows"]:  # the comparison figure goes to every run it shows
         tracker.log_figure(mlc, row.run_id, [p for p in figures if p.suffix in (".png", ".svg")])
-    from memloop.optimize.compare import format_rows
+    from memloop.results.compare import format_rows
 
     fmt = args.format
     info = sys.stderr if fmt == "csv" else sys.stdout  # stdout: the CSV tables alone
@@ -128,7 +128,7 @@ def loop_lines(outcomes) -> list[str]:
     and selection lines): never a bare "unchanged".
     """
     from memloop.optimize.report import selection_line, step_lines
-    from memloop.optimize.store import CycleStore
+    from memloop.runs.store import CycleStore
 
     lines = []
     for o in outcomes:
@@ -183,7 +183,7 @@ def per_cycle_table(rows, fmt: str = "table") -> str:
     On the headline users. As text one cell per cycle (`0.50 / n/a / 0.25`); as CSV or Markdown
     one row per run and cycle, a column per measure.
     """
-    from memloop.optimize.compare import shared_objective
+    from memloop.results.compare import shared_objective
 
     objective = shared_objective(rows) if rows else None
     metrics = objective_first(("memory_score", "state_accuracy", "factual_recall"), objective)

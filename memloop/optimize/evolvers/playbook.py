@@ -55,7 +55,7 @@ from memloop.core.leaks import LeakCheck, described
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
-from memloop.optimize.evolvers import _ENDINGS
+from memloop.optimize.evolvers.base import SENTENCE_ENDINGS
 from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
 
 HEADER = "Rules learned from feedback:"
@@ -409,7 +409,7 @@ class PlaybookEvolver:
         words = text.split()
         if not 3 <= len(words) <= self.settings.max_words:
             return f"{len(words)} words (one sentence of 3 to {self.settings.max_words})"
-        if not text.endswith(_ENDINGS) or re.search(r"[.!?] +[A-Z]", text):
+        if not text.endswith(SENTENCE_ENDINGS) or re.search(r"[.!?] +[A-Z]", text):
             return "not one sentence"
         mine = _norm(text)
         for i, r in rules:

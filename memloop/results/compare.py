@@ -54,8 +54,8 @@ from memloop.core.tables import (
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.llm.usage import add_costs
-from memloop.optimize.cycles import CycleRecord, Selection, select_cycle
 from memloop.runs import tracker
+from memloop.runs.cycles import CycleRecord, Selection, select_cycle
 from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_params
 
 HEADLINE_SPLIT = "test"

@@ -15,7 +15,7 @@ from memloop.feedback.objective import Mode
 from memloop.feedback.report import collect
 from memloop.feedback.summary import FeedbackSummary
 from memloop.optimize.contract import EvolveInput, NoSettings, propose
-from memloop.optimize.cycles import CycleRecord
+from memloop.runs.cycles import CycleRecord
 
 if TYPE_CHECKING:
     from memloop.optimize.context import RunContext
@@ -56,7 +56,7 @@ class EpisodeSearch:
         return screen
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
-        from memloop.optimize.context import split_results, usage_cost, usage_tokens
+        from memloop.runs.cycles import split_results, usage_cost, usage_tokens
 
         store = ctx.store
         evolver = ctx.make_evolver()

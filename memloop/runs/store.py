@@ -17,8 +17,7 @@ from pathlib import Path
 
 from memloop.core.files import atomic_write_json, atomic_write_text
 from memloop.feedback.summary import FeedbackSummary
-from memloop.optimize.contract import EvolveStep
-from memloop.optimize.cycles import CycleRecord
+from memloop.runs.cycles import CycleRecord, EvolveStep
 
 
 class CycleStore:

@@ -1,12 +1,11 @@
-"""Evolvers: turn (current memory-write prompts, feedback summary) into new prompts.
+"""The `reflective` evolver: the paper's self-evolution step P' = G(P, F).
 
-- `none`: keeps the prompts (the no-evolution baseline);
-- `reflective`: the paper's self-evolution step P' = G(P, F): an LLM rewrites each predictor's
-  instructions from the feedback summary (memloop's own prompt; whole instructions are mutable
-  because the output format lives in the DSPy signature's fields, not in the text). When the
-  rewrite is rejected (small models mostly copy the instructions verbatim), the same model is asked
-  for the easier edit: one to three new rules, appended to the current instructions.
-GEPA needs candidate evaluations, not just a summary: it is a search (optimize/gepa_search.py).
+An LLM rewrites each predictor's instructions from the feedback summary (memloop's own prompt;
+whole instructions are mutable because the output format lives in the DSPy signature's fields,
+not in the text). When the rewrite is rejected (small models mostly copy the instructions
+verbatim), the same model is asked for the easier edit: one to three new rules, appended to the
+current instructions.
+GEPA needs candidate evaluations, not just a summary: it is a search (optimize/searches/gepa.py).
 An evolver reports the tokens each proposal used in `EvolveStep.tokens`. The contract they
 implement is in optimize/contract.py.
 """
@@ -19,21 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.core.leaks import LeakCheck, described
 from memloop.llm.client import ChatClient
-from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings
-
-
-class NoEvolver:
-    """Keeps the prompts: the no-evolution baseline."""
-
-    name = "none"
-    Settings = NoSettings
-
-    def __init__(self, client: ChatClient | None = None, settings: NoSettings | None = None):
-        self.settings = settings or NoSettings()
-
-    def propose(self, inputs: EvolveInput) -> EvolveStep:
-        return EvolveStep(prompts=dict(inputs.prompts))
-
+from memloop.optimize.contract import EvolveInput, EvolveStep
+from memloop.optimize.evolvers.base import SENTENCE_ENDINGS, strip_wrapper
 
 REFLECT_SYSTEM = """\
 You improve the instructions of one step of an AI assistant's long-term memory system. The step \
@@ -172,7 +158,7 @@ def parse_rules(
     for line in lines:
         rule = re.sub(bullet, "", line).strip()
         words = len(rule.split())
-        if not 3 <= words <= max_words or not rule.endswith(_ENDINGS):
+        if not 3 <= words <= max_words or not rule.endswith(SENTENCE_ENDINGS):
             continue
         norm = " ".join(rule.lower().split())
         if norm in known or norm in (" ".join(r.lower().split()) for r in rules):
@@ -264,13 +250,13 @@ class ReflectiveEvolver:
         parsed, changes, error = parse_reflection(text)
         if error:
             return "", [], error
-        new = _strip_wrapper(parsed or "")
+        new = strip_wrapper(parsed or "")
         words = len(new.split())
         if words < 8:
             return new, changes, f"rewrite too short ({words} words)"
         if words > 2 * self.settings.max_words:
             return new, changes, f"rewrite too long ({words} words)"
-        if not new.endswith(_ENDINGS):
+        if not new.endswith(SENTENCE_ENDINGS):
             return new, changes, f"rewrite looks cut off ({new[-40:]!r})"
         if " ".join(new.split()) == " ".join(instructions.split()):
             return new, changes, "rewrite identical to the current instructions"
@@ -278,17 +264,3 @@ class ReflectiveEvolver:
         if hits:
             return new, changes, f"rewrite {described(hits)}"
         return new, changes, None
-
-
-_ENDINGS = (".", "!", "?", ")", '"', "'")
-
-
-def _strip_wrapper(text: str) -> str:
-    """The reply without the <instructions> tags small models copy from the request."""
-    text = text.strip()
-    for tag in ("instructions", "new_instructions"):
-        if text.startswith(f"<{tag}>"):
-            text = text[len(tag) + 2 :]
-        if text.endswith(f"</{tag}>"):
-            text = text[: -len(tag) - 3]
-    return text.strip()

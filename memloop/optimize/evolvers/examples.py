@@ -3,7 +3,7 @@
 Small writer models follow examples better than instructions ("exemplars matter more than
 instructions"), and choosing how many examples a prompt shows needs no capable optimizer. The
 examples here are an evolvable part of the writer prompt: the `edits` evolver adds or drops them
-(optimize/edits.py), the replay screen and the gate decide, and
+(optimize/evolvers/edits.py), the replay screen and the gate decide, and
 benchmarks/examples_curve.py measures the curve over their number.
 
 Where they come from, and why not from the environment's own users:
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 HEADER = "Examples (the memory before, the excerpt, the edits it calls for):"
 NORMALIZED_PHRASE = "short normalized phrase"
 """The words by which instructions ask for normalized values (the `normalized` edit operator's
-sentence, optimize/edits.py, is written with them): `with_examples` follows them."""
+sentence, optimize/evolvers/edits.py, is written with them): `with_examples` follows them."""
 MAX_EXAMPLES = 4
 """How many distinct examples `write_examples` builds (one of each shape)."""
 

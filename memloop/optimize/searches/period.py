@@ -27,7 +27,7 @@ from memloop.feedback.summary import budgeted_summary
 from memloop.feedback.write_failures import failure_block, state_pairs
 from memloop.llm.usage import UsageTracker
 from memloop.optimize.contract import EvolveInput, NoSettings, propose
-from memloop.optimize.cycles import CycleRecord, SplitResult
+from memloop.runs.cycles import CycleRecord, SplitResult
 
 if TYPE_CHECKING:
     from memloop.optimize.context import RunContext
@@ -99,7 +99,7 @@ class PeriodSearch:
         *,
         last: bool,
     ) -> CycleRecord:
-        from memloop.optimize.context import split_results, usage_cost, usage_tokens
+        from memloop.runs.cycles import split_results, usage_cost, usage_tokens
 
         started = time.perf_counter()
         train = period_metrics(history, p, self._calibration)

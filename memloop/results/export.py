@@ -42,9 +42,9 @@ from memloop.core.files import (
     refuse_foreign_file,
 )
 from memloop.feedback.objective import LEGACY_OBJECTIVE
-from memloop.optimize.cycles import CycleRecord, select_cycle
 from memloop.policies.prompt_files import MEM0_KEYS
 from memloop.policies.prompt_files import render_text as render_prompt_text
+from memloop.runs.cycles import CycleRecord, select_cycle
 
 FORMATS = ("text", "mem0", "dspy")
 
@@ -89,8 +89,8 @@ def _scores(record: CycleRecord, objective: str | None) -> tuple[float | None, f
 
 
 def from_folder(folder: Path, cycle: int | None) -> Exported:
-    from memloop.optimize.store import CycleStore
     from memloop.runs.folder import SPEC_FILE, read_spec
+    from memloop.runs.store import CycleStore
 
     spec = read_spec(folder, option="RUN")
     if spec is None:
@@ -146,7 +146,7 @@ def _find_run(mlc, name: str, tracking_uri: str):
 
 
 def from_mlflow(name: str, tracking_uri: str, cycle: int | None) -> Exported:
-    from memloop.optimize.compare import logged_prompts, run_records
+    from memloop.results.compare import logged_prompts, run_records
     from memloop.runs import tracker
     from memloop.runs.spec import spec_from_params
 

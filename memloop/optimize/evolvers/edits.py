@@ -14,10 +14,10 @@ trusted to choose. Each step, per predictor:
    label") is tried first when facts go unwritten. With `slot: true` the optimizer model fills
    one short slot ("Pay special attention to: ..."), a list of kinds of information, nothing
    else.
-   With `max_examples` above 0, adding one worked example (optimize/examples.py: generated for
-   the purpose, exact edits, no environment's kind or value) or dropping the examples block is
-   an edit too; the operators act on the instructions and keep the block, in the value style
-   the instructions ask for.
+   With `max_examples` above 0, adding one worked example (optimize/evolvers/examples.py:
+   generated for the purpose, exact edits, no environment's kind or value) or dropping the
+   examples block is an edit too; the operators act on the instructions and keep the block, in
+   the value style the instructions ask for.
 3. **Ranking.** Operators are ranked by the wrong pairs of the failures they address (ties: the
    order above); the first `candidates` not refused before become candidates.
 4. **A validator** refuses a candidate that is truncated, over-long, JSON-shaped or copies the
@@ -46,14 +46,14 @@ from memloop.feedback import write_failures as wf
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep
-from memloop.optimize.evolvers import _ENDINGS
-from memloop.optimize.examples import (
+from memloop.optimize.evolvers.base import SENTENCE_ENDINGS
+from memloop.optimize.evolvers.examples import (
     MAX_EXAMPLES,
     NORMALIZED_PHRASE,
     split_examples,
     with_examples,
 )
-from memloop.optimize.playbook import core_units, render_core
+from memloop.optimize.evolvers.playbook import core_units, render_core
 from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
 
 # a sentence that limits what is written: a prohibition, or a cap on the labels (the evidence
@@ -155,7 +155,7 @@ class EditsSettings(BaseModel):
 
 
 EXAMPLE_FAILURES = (wf.ASSISTANT_WORDS, wf.UPDATE_LOST, wf.COLLISION, wf.NEVER_WRITTEN)
-"""The named failures the worked examples show the way out of (optimize/examples.py)."""
+"""The named failures the worked examples show the way out of (optimize/evolvers/examples.py)."""
 
 
 @dataclass
@@ -182,7 +182,7 @@ def validate(text: str, old: str, request: str, max_words: int) -> str | None:
         return "no change"
     if len(words) > max_words:
         return f"over-long ({len(words)} words, at most {max_words})"
-    if not text.rstrip().endswith(_ENDINGS):
+    if not text.rstrip().endswith(SENTENCE_ENDINGS):
         return "truncated (no sentence ending)"
     if re.search(r"[{}]|\"\s*:\s*[\"\[{\d]", text) and not re.search(r"[{}]", old):
         return "JSON-shaped"

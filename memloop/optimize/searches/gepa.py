@@ -58,7 +58,7 @@ from memloop.feedback.scoring import quiet_score
 from memloop.feedback.summary import FeedbackSummary, render_summary
 from memloop.llm.usage import add_costs
 from memloop.optimize.contract import EvolveInput, EvolveStep, propose
-from memloop.optimize.cycles import CycleRecord
+from memloop.runs.cycles import CycleRecord
 
 if TYPE_CHECKING:
     from memloop.environment.episode import PeriodRecord
@@ -415,7 +415,7 @@ class GepaSearch:
                 f"policy {ctx.policy_config.display_name} has no memory-write prompts "
                 "for GEPA to evolve (use awi or awe)"
             )
-        from memloop.optimize.context import split_results, usage_cost, usage_tokens
+        from memloop.runs.cycles import split_results, usage_cost, usage_tokens
 
         train, valset = ctx.users["train"], ctx.users["val"]
         settings = self.settings

@@ -15,13 +15,17 @@ selection (tests/test_optimize_splits.py poisons the test users to show it). It 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.feedback.summary import SummaryReport
+
+if TYPE_CHECKING:
+    from memloop.feedback.evaluate import EvaluationResult
 
 CYCLE_METRICS = (
     "memory_score",
@@ -244,3 +248,42 @@ def best_alias_cycle(selection: Selection) -> int:
     the seed's by construction).
     """
     return selection.cycle if selection.verdict == "improved" else SEED_CYCLE
+
+
+class EvolveStep(BaseModel):
+    """One proposal: the next prompts, what changed, what was kept and why, and its cost."""
+
+    prompts: dict[str, str]
+    changes: dict[str, list[str]] = Field(default_factory=dict)  # per predictor
+    errors: dict[str, str] = Field(default_factory=dict)  # per predictor, kept old text
+    tokens: int = Field(0, ge=0)  # tokens this proposal used (0 when served from the cache)
+    # dollars of those tokens (its calls and replay screening); None: no call had a price
+    cost_usd: float | None = Field(None, ge=0.0)
+    leaks_rejected: int = Field(0, ge=0)  # candidates the leak check refused (set by `propose`)
+    # the gate's decisions this step made (runs/gate_log.py entries: the replay screen's)
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    # edits refused this step, each {predictor, edit, text (its sha256), stage, reason}: the
+    # tabu memory later steps read (EvolveInput.rejected) so that none is proposed twice
+    rejected: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def split_results(results: dict[str, EvaluationResult]) -> dict[str, SplitResult]:
+    return {s: SplitResult.from_metrics(r.metrics) for s, r in results.items()}
+
+
+def usage_tokens(results: Iterable[EvaluationResult]) -> dict[str, int]:
+    """Tokens per component summed over evaluations."""
+    return {k: int(v) for k, v in _per_component(results, "usage").items()}
+
+
+def usage_cost(results: Iterable[EvaluationResult]) -> dict[str, float]:
+    """Dollars per priced component summed over evaluations (empty: nothing had a price)."""
+    return _per_component(results, "cost_usd")
+
+
+def _per_component(results: Iterable[EvaluationResult], key: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for result in results:
+        for k, v in result.metrics.get(key, {}).items():
+            out[k] = out.get(k, 0) + v
+    return out
