@@ -245,3 +245,38 @@ def test_a_moved_module_is_the_new_module_under_its_old_name():
     from memloop.runs.cycles import CycleRecord as Same
 
     assert CycleRecord is Same
+
+
+TRACKER = {ROOT / "runs" / "tracker.py", ROOT / "runs" / "tracker_store.py"}
+
+
+def mlflow_uses(tree: ast.AST) -> list[str]:
+    """MLflow imports, and calls of a method on an MLflow client (a name `mlc`, `client`, or
+    `tracker.client(...)` itself), in one module's tree."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "mlflow"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mlflow":
+            found.append(f"from {node.module}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id in ("mlc", "mlflow_client"):
+                found.append(f"{owner.id}.{node.func.attr}(...)")
+            elif isinstance(owner, ast.Call) and ast.unparse(owner.func) == "tracker.client":
+                found.append(f"tracker.client(...).{node.func.attr}(...)")
+    return found
+
+
+def test_only_the_tracker_talks_to_mlflow():
+    found = {
+        str(path.relative_to(ROOT)): uses
+        for path in sorted(ROOT.rglob("*.py"))
+        if path not in TRACKER
+        and (uses := mlflow_uses(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert found == {}
+    # the check sees what it looks for
+    assert mlflow_uses(ast.parse("import mlflow\nmlc.get_run(r)")) == ["mlflow", "mlc.get_run(...)"]
+    tracker = "\n".join(p.read_text(encoding="utf-8") for p in sorted(TRACKER))
+    assert len(mlflow_uses(ast.parse(tracker))) > 20

@@ -448,19 +448,19 @@ class RunContext:
             if gate.get("detectable") is not None:
                 metrics["selection/detectable_effect"] = float(gate["detectable"])
         tracker.log_metrics(mlc, run_id, metrics, step=step)
-        mlc.set_tag(run_id, "memloop.selection", f"cycle {chosen.cycle}: {chosen.rule}")
-        verdict = chosen.verdict or "no candidate (the seed is best on validation)"
-        mlc.set_tag(run_id, "memloop.verdict", verdict)
+        tags = {
+            "memloop.selection": f"cycle {chosen.cycle}: {chosen.rule}",
+            "memloop.verdict": chosen.verdict or "no candidate (the seed is best on validation)",
+        }
         if gate:
             detectable = gate.get("detectable")
-            mlc.set_tag(
-                run_id,
-                "memloop.gate",
+            tags["memloop.gate"] = (
                 f"cycle {chosen.candidate} vs seed on {gate['n']} validation users: "
                 f"{gate['verdict']}, mean {gate['mean']:+.3f}, p {gate['sign_flip_p']:.3g}, "
                 f"level {gate['level']:.3g}, detectable effect "
-                + ("n/a" if detectable is None else f"{detectable:.3f}"),
+                + ("n/a" if detectable is None else f"{detectable:.3f}")
             )
+        tracker.set_tags(mlc, run_id, tags)
 
     def log_gate(self, outcome: RunOutcome) -> None:
         """The run's gate log (runs/gate_log.py): each cycle's screen decisions, the selection."""

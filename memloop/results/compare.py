@@ -138,29 +138,20 @@ class RunRow:
         return self.vs_first.diff
 
 
-def _download_text(mlc, run_id: str, path: str) -> str:
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        local = mlc.download_artifacts(run_id, path, tmp)
-        return Path(local).read_text()
-
-
 def run_records(mlc, run_id: str) -> list[CycleRecord]:
     """The run's CycleRecords, in cycle order, from its `cycle/` artifacts."""
-    paths = sorted(a.path for a in mlc.list_artifacts(run_id, "cycle"))
-    return [CycleRecord.from_json(_download_text(mlc, run_id, p)) for p in paths]
+    paths = sorted(tracker.artifact_paths(mlc, run_id, "cycle"))
+    return [CycleRecord.from_json(tracker.artifact_text(mlc, run_id, p)) for p in paths]
 
 
 def logged_prompts(mlc, run_id: str, cycle: int) -> dict[str, str]:
     """The prompts a run logged for `cycle` (`prompts/cycle_NN.json`)."""
-    return json.loads(_download_text(mlc, run_id, f"prompts/cycle_{cycle:02d}.json"))
+    return json.loads(tracker.artifact_text(mlc, run_id, f"prompts/cycle_{cycle:02d}.json"))
 
 
 def prompt_hashes(mlc, run_id: str, cycles: set[int]) -> dict[int, str]:
     """{cycle: sha256 of its prompts} for each of `cycles` with a `prompts/cycle_NN.json`."""
-    logged = {a.path.rsplit("/", 1)[-1] for a in mlc.list_artifacts(run_id, "prompts")}
+    logged = {p.rsplit("/", 1)[-1] for p in tracker.artifact_paths(mlc, run_id, "prompts")}
     return {
         k: json_sha256(logged_prompts(mlc, run_id, k))
         for k in sorted(cycles)
@@ -459,14 +450,14 @@ _ROW_FIELD = {
 
 def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") -> list[RunRow]:
     mlc = tracker.client(tracking_uri, create=False)  # read only: never a new store
-    exp = mlc.get_experiment_by_name(experiment)
+    exp = tracker.find_experiment(mlc, experiment)
     if exp is None:
-        names = ", ".join(e.name for e in mlc.search_experiments()) or "none yet"
+        names = ", ".join(tracker.experiment_names(mlc)) or "none yet"
         raise UserError(
             f"no MLflow experiment {experiment!r} in {tracking_uri} (experiments: {names})"
         )
     rows = []
-    for run in mlc.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
+    for run in tracker.experiment_runs(mlc, exp.experiment_id):
         if "memloop.feedback_mode" in run.data.tags:
             row = make_row(run, run_records(mlc, run.info.run_id))
             if row.records:

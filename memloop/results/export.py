@@ -124,17 +124,13 @@ def from_folder(folder: Path, cycle: int | None) -> Exported:
 
 def _find_run(mlc, name: str, tracking_uri: str):
     """The MLflow run with id or name `name`, over every experiment; one line when not one."""
-    from mlflow.exceptions import MlflowException
+    from memloop.runs import tracker
 
     if re.fullmatch(r"[0-9a-f]{32}", name):
-        try:
-            return mlc.get_run(name)
-        except MlflowException:
-            pass
-    experiments = [e.experiment_id for e in mlc.search_experiments()]
-    quoted = name.replace("'", "\\'")
-    runs = mlc.search_runs(experiments, f"attributes.run_name = '{quoted}'") if experiments else []
-    runs = [r for r in runs if r.data.tags.get("memloop.kind") == "evolve"]
+        run = tracker.run_by_id(mlc, name)
+        if run is not None:
+            return run
+    runs = [r for r in tracker.runs_named(mlc, name) if r.data.tags.get("memloop.kind") == "evolve"]
     if not runs:
         raise UserError(
             f"RUN {name!r}: no run folder or evolve run of that name or id in {tracking_uri}"

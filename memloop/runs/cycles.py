@@ -134,6 +134,53 @@ class CycleRecord(BaseModel):
             out["optimizer/feedback_omitted_questions"] = float(len(self.feedback.omitted))
         return out
 
+    @classmethod
+    def of(
+        cls,
+        cycle: int,
+        results: dict[str, EvaluationResult],
+        *,
+        train: dict[str, Any] | None = None,
+        feedback: SummaryReport | None = None,
+        extra: dict[str, float] | None = None,
+        leaks_rejected: int = 0,
+        seconds: float = 0.0,
+    ) -> CycleRecord:
+        """The record of cycle `cycle` from its evaluations (`results`, one per split).
+
+        `train`: the training split's metrics when they come from elsewhere (the period search's
+        online records): their split goes first and their tokens and dollars are counted too.
+        Every search builds its records here, so each counts its work the same way.
+        """
+        splits = {} if train is None else {"train": SplitResult.from_metrics(train)}
+        splits.update(split_results(results))
+        tokens = usage_tokens(results.values())
+        cost = usage_cost(results.values())
+        for component, value in (train or {}).get("usage", {}).items():
+            tokens[component] = tokens.get(component, 0) + value
+        for component, dollars in (train or {}).get("cost_usd", {}).items():
+            cost[component] = cost.get(component, 0.0) + dollars
+        return cls(
+            cycle=cycle,
+            splits=splits,
+            tokens=tokens,
+            cost_usd=cost,
+            seconds=seconds,
+            feedback=feedback,
+            leaks_rejected=leaks_rejected,
+            extra=extra or {},
+        )
+
+    def add_step(self, step: EvolveStep) -> None:
+        """Count the proposal that follows this cycle: its tokens, dollars and refused leaks."""
+        self.record_work("optimizer", step.tokens, step.cost_usd)
+        self.leaks_rejected = step.leaks_rejected
+
+    def record_work(self, component: str, tokens: int, cost_usd: float | None) -> None:
+        """`component`'s tokens (replacing any count of it) and dollars for this cycle."""
+        self.tokens[component] = tokens
+        self.add_cost(component, cost_usd)
+
     def add_cost(self, component: str, cost_usd: float | None) -> None:
         """Count `cost_usd` dollars under `component` (nothing when it is None: no price)."""
         if cost_usd is not None:

@@ -317,7 +317,102 @@ def _versions(mlc, name: str) -> list[Any]:
         return []
 
 
+
+def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:
+    """Set `tags` on run `run_id`, in the order given."""
+    for key, value in tags.items():
+        mlc.set_tag(run_id, key, value)
+
+
+# -- reading runs back (memloop.results, the ui command) ----------------------------------------
+
+
+def find_experiment(mlc, name: str) -> Any | None:
+    """The experiment named `name`, or None."""
+    return mlc.get_experiment_by_name(name)
+
+
+def experiment_names(mlc) -> list[str]:
+    """The names of every experiment in the store."""
+    return [e.name for e in mlc.search_experiments()]
+
+
+def experiment_runs(mlc, experiment_id: str) -> list[Any]:
+    """The runs of an experiment, oldest first."""
+    return list(mlc.search_runs([experiment_id], order_by=["attributes.start_time ASC"]))
+
+
+def run_by_id(mlc, run_id: str) -> Any | None:
+    """The run with id `run_id`, or None when the store has none."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlc.get_run(run_id)
+    except MlflowException:
+        return None
+
+
+def runs_named(mlc, name: str) -> list[Any]:
+    """The runs named `name`, over every experiment."""
+    experiments = [e.experiment_id for e in mlc.search_experiments()]
+    quoted = name.replace("'", "\\'")
+    if not experiments:
+        return []
+    return list(mlc.search_runs(experiments, f"attributes.run_name = '{quoted}'"))
+
+
+def artifact_paths(mlc, run_id: str, folder: str) -> list[str]:
+    """The paths of the artifacts in `folder` of run `run_id`."""
+    return [a.path for a in mlc.list_artifacts(run_id, folder)]
+
+
+def artifact_text(mlc, run_id: str, path: str) -> str:
+    """The text of artifact `path` of run `run_id`."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(mlc.download_artifacts(run_id, path, tmp)).read_text()
+
+
+def ui_command(tracking_uri: str, port: int, workers: int) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment variables) of MLflow's UI on `tracking_uri` at 127.0.0.1:`port`."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        tracking_uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        # quiet: no "registry store not provided" line, no per-request and start-up INFO lines
+        "--registry-store-uri",
+        tracking_uri,
+        "--uvicorn-opts",
+        "--log-level warning",
+    ]
+    env = {
+        "MLFLOW_LOGGING_LEVEL": "WARNING",  # the job executor's INFO lines
+        # starlette deprecates the WSGI bridge MLflow 3.17 imports: not the user's to act on
+        "PYTHONWARNINGS": "ignore:starlette.middleware.wsgi is deprecated",
+    }
+    return cmd, env
+
+
 __all__ = [  # this module's names and the store upkeep's public ones
+    "ui_command",
+    "artifact_text",
+    "artifact_paths",
+    "runs_named",
+    "run_by_id",
+    "experiment_runs",
+    "experiment_names",
+    "find_experiment",
+    "set_tags",
     "EXPERIMENT_TAGS",
     "SERVER_PROBE_S",
     "SQLITE_BUSY_TIMEOUT",

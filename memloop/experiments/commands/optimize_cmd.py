@@ -220,7 +220,6 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
 
 def run_ui_cmd(args: argparse.Namespace) -> int:
     import os
-    import sys
 
     from memloop.core.settings import apply_offline_defaults
     from memloop.runs.tracker import check_store
@@ -239,37 +238,18 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         from memloop.runs import tracker
 
         # the client checks the store as check_store does
-        exp = tracker.client(args.tracking_uri, create=False).get_experiment_by_name(
-            args.experiment
-        )
+        mlc = tracker.client(args.tracking_uri, create=False)
+        exp = tracker.find_experiment(mlc, args.experiment)
         if exp is None:
             raise UserError(f"--experiment {args.experiment}: no such experiment in the store")
         page = f"/#/experiments/{exp.experiment_id}/runs"
     else:
         check_store(args.tracking_uri)
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        args.tracking_uri,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(args.port),
-        "--workers",
-        str(args.workers),
-        # quiet: no "registry store not provided" line, no per-request and start-up INFO lines
-        "--registry-store-uri",
-        args.tracking_uri,
-        "--uvicorn-opts",
-        "--log-level warning",
-    ]
-    os.environ["MLFLOW_LOGGING_LEVEL"] = "WARNING"  # the job executor's INFO lines
-    # starlette deprecates the WSGI bridge MLflow 3.17 imports: not the user's to act on
-    os.environ["PYTHONWARNINGS"] = "ignore:starlette.middleware.wsgi is deprecated"
+    from memloop.runs.tracker import ui_command
+
+    cmd, env = ui_command(args.tracking_uri, args.port, args.workers)
+    os.environ.update(env)
     print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
     os.execvp(cmd[0], cmd)
     return 0

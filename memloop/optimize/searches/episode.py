@@ -56,8 +56,6 @@ class EpisodeSearch:
         return screen
 
     def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
-        from memloop.runs.cycles import split_results, usage_cost, usage_tokens
-
         store = ctx.store
         evolver = ctx.make_evolver()
         prompts = ctx.initial_prompts
@@ -72,11 +70,9 @@ class EpisodeSearch:
                 questions, _ = collect(r for e in results["train"].episodes for r in e.records)
                 summary = ctx.summary(ctx.train, questions, episodes=results["train"].episodes)
                 store.save_summary(k, summary)
-                record = CycleRecord(
-                    cycle=k,
-                    splits=split_results(results),
-                    tokens=usage_tokens(results.values()),
-                    cost_usd=usage_cost(results.values()),
+                record = CycleRecord.of(
+                    k,
+                    results,
                     seconds=round(time.perf_counter() - started, 1),
                     feedback=summary.report if Mode(ctx.mode).evolves else None,
                 )
@@ -98,9 +94,7 @@ class EpisodeSearch:
                     ),
                 )
                 store.save_step(k, step)
-                record.tokens["optimizer"] = step.tokens
-                record.add_cost("optimizer", step.cost_usd)
-                record.leaks_rejected = step.leaks_rejected
+                record.add_step(step)
                 store.save(record)
             yield record
             if step is not None:

@@ -415,8 +415,6 @@ class GepaSearch:
                 f"policy {ctx.policy_config.display_name} has no memory-write prompts "
                 "for GEPA to evolve (use awi or awe)"
             )
-        from memloop.runs.cycles import split_results, usage_cost, usage_tokens
-
         train, valset = ctx.users["train"], ctx.users["val"]
         settings = self.settings
         minibatch = min(settings.minibatch_size, len(train))
@@ -540,11 +538,9 @@ class GepaSearch:
                 results = ctx.evaluate_splits(
                     prompts, ctx.run_dir / "candidates" / candidate_id(prompts)
                 )
-                record = CycleRecord(
-                    cycle=k,
-                    splits=split_results(results),
-                    tokens=usage_tokens(results.values()),
-                    cost_usd=usage_cost(results.values()),
+                record = CycleRecord.of(
+                    k,
+                    results,
                     seconds=round(time.perf_counter() - began, 1),
                     extra={
                         "gepa_val_score": val_score,
@@ -553,15 +549,16 @@ class GepaSearch:
                     leaks_rejected=leaks,
                 )
                 if k == 0:  # the search's own work, once: its iterations', by any process
-                    record.tokens["optimizer"] = sum(h.get("optimizer_tokens", 0) for h in history)
                     searched = search_records(adapter.root, {candidate_id(c) for c, *_ in sequence})
-                    record.tokens["search_episodes"] = sum(usage_by_component(searched).values())
-                    record.add_cost(
+                    record.record_work(
                         "optimizer",
+                        sum(h.get("optimizer_tokens", 0) for h in history),
                         add_costs(*(h.get("optimizer_cost_usd") for h in history)),
                     )
-                    record.add_cost(
-                        "search_episodes", add_costs(*cost_by_component(searched).values())
+                    record.record_work(
+                        "search_episodes",
+                        sum(usage_by_component(searched).values()),
+                        add_costs(*cost_by_component(searched).values()),
                     )
                     record.seconds += search_seconds
                 ctx.store.save(record)

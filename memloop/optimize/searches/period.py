@@ -27,7 +27,7 @@ from memloop.feedback.summary import budgeted_summary
 from memloop.feedback.write_failures import failure_block, state_pairs
 from memloop.llm.usage import UsageTracker
 from memloop.optimize.contract import EvolveInput, NoSettings, propose
-from memloop.runs.cycles import CycleRecord, SplitResult
+from memloop.runs.cycles import CycleRecord
 
 if TYPE_CHECKING:
     from memloop.optimize.context import RunContext
@@ -99,8 +99,6 @@ class PeriodSearch:
         *,
         last: bool,
     ) -> CycleRecord:
-        from memloop.runs.cycles import split_results, usage_cost, usage_tokens
-
         started = time.perf_counter()
         train = period_metrics(history, p, self._calibration)
         questions, _ = collect(history)
@@ -124,26 +122,14 @@ class PeriodSearch:
         )
         ctx.store.save_summary(p, summary)
         held = ctx.evaluate_splits(prompts, ctx.store.cycle_dir(p), splits=("val", "test"))
-        tokens = usage_tokens(held.values())
-        for component, value in train["usage"].items():
-            tokens[component] = tokens.get(component, 0) + value
-        cost = usage_cost(held.values())
-        for component, dollars in train["cost_usd"].items():
-            cost[component] = cost.get(component, 0.0) + dollars
-        record = CycleRecord(
-            cycle=p,
-            splits={"train": SplitResult.from_metrics(train), **split_results(held)},
-            tokens=tokens,
-            cost_usd=cost,
-            feedback=summary.report if Mode(ctx.mode).evolves else None,
+        record = CycleRecord.of(
+            p, held, train=train, feedback=summary.report if Mode(ctx.mode).evolves else None
         )
         if not last:
             # no history (the period's prompt has no validation score yet) and no replay screen
             step = propose(evolver, EvolveInput(prompts=prompts, summary=summary, cycle=p))
             ctx.store.save_step(p, step)
-            record.tokens["optimizer"] = step.tokens
-            record.add_cost("optimizer", step.cost_usd)
-            record.leaks_rejected = step.leaks_rejected
+            record.add_step(step)
         record.seconds = round(time.perf_counter() - started, 1)
         ctx.store.save(record)
         return record
