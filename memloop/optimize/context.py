@@ -33,6 +33,7 @@ from memloop.llm.usage import add_costs
 from memloop.optimize import registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
+from memloop.optimize.replay_score import Screening
 from memloop.runs import gate_log, tracker
 from memloop.runs.cycles import (
     CYCLE_METRICS,
@@ -146,7 +147,7 @@ class RunContext:
         from memloop.policies import build_policy, policy_prompts
 
         self.config = config
-        self.mode = mode
+        self.mode = Mode(mode)
         self.evolver_name = evolver
         self.search = search
         self.search_name = search.name
@@ -206,6 +207,10 @@ class RunContext:
     def train(self) -> list[UserItem]:
         return self.users["train"]
 
+    @property
+    def policy_name(self) -> str:
+        return self.policy_config.display_name
+
     @functools.cached_property
     def private(self) -> frozenset[str]:
         """Every user's private values (all splits): no prompt of this run may name one."""
@@ -262,6 +267,23 @@ class RunContext:
             **self._eval_options(),
             label=f"{self.condition_label} candidate",
             group=split,
+        )
+
+    def replay_screen(
+        self, items: list[UserItem], prompts: dict[str, str], recording: Path, out: Path
+    ) -> Screening:
+        """State queries of `prompts` on `items`' recorded conversations (no new conversation)."""
+        from memloop.optimize.replay_score import replay_screen
+
+        return replay_screen(
+            items,
+            self.factory(prompts),
+            self.clients.agent,
+            recording,
+            out,
+            periods=self.config.environment.periods,
+            parallel_users=self.config.parallel_users,
+            probes=self.config.probes,
         )
 
     def evaluate_splits(

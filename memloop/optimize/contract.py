@@ -14,15 +14,27 @@ is made and checked, against the leak check (core/leaks.py) included.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from memloop.core.leaks import LeakCheck, described
 from memloop.feedback.summary import FeedbackSummary
 from memloop.runs.cycles import CycleRecord, EvolveStep
+
+if TYPE_CHECKING:
+    from memloop.environment.data import UserItem
+    from memloop.environment.simulator import SimulatorConfig
+    from memloop.feedback.evaluate import EvaluationResult
+    from memloop.feedback.objective import Mode, Objective
+    from memloop.feedback.records import QuestionRecord
+    from memloop.llm.roles import RoleClients
+    from memloop.optimize.config import EvolveConfig
+    from memloop.optimize.replay_score import Screening
+    from memloop.runs.store import CycleStore
 
 
 class NoSettings(BaseModel):
@@ -81,6 +93,59 @@ class Evolver(Protocol):
     def propose(self, inputs: EvolveInput) -> EvolveStep: ...
 
 
+class SearchContext(Protocol):
+    """What a search may read and call of its run; optimize/context.py's RunContext meets it.
+
+    Reading: the experiment's `config`, the role `clients`, the run's `store` (its folder is
+    `store.run_dir`), the `users` of each split, the `initial_prompts`, the feedback `mode`, the
+    selection `objective`, the users' `private` values and the `policy_name`. Calling: a policy
+    `factory` for prompts, the simulator's `sim_config`, whole-episode evaluations (`evaluate`,
+    `evaluate_splits`), a replay of recorded conversations (`replay_screen`), the feedback
+    `summary` and the condition's evolver (`make_evolver`).
+    """
+
+    config: EvolveConfig
+    clients: RoleClients
+    store: CycleStore
+    users: dict[str, list[UserItem]]
+    initial_prompts: dict[str, str]
+    mode: Mode
+    objective: Objective
+
+    @property
+    def private(self) -> frozenset[str]: ...
+
+    @property
+    def policy_name(self) -> str: ...
+
+    def factory(self, prompts: dict[str, str]) -> Callable[..., Any]: ...
+
+    def sim_config(self) -> SimulatorConfig: ...
+
+    def evaluate(
+        self, items: list[UserItem], prompts: dict[str, str], out: Path
+    ) -> EvaluationResult: ...
+
+    def evaluate_splits(
+        self, prompts: dict[str, str], out: Path, splits: Iterable[str] = ...
+    ) -> dict[str, EvaluationResult]: ...
+
+    def replay_screen(
+        self, items: list[UserItem], prompts: dict[str, str], recording: Path, out: Path
+    ) -> Screening: ...
+
+    def summary(
+        self,
+        items: list[UserItem],
+        records: list[QuestionRecord],
+        *,
+        max_chars: int | None = None,
+        episodes: Iterable[Any] = (),
+    ) -> FeedbackSummary: ...
+
+    def make_evolver(self) -> Evolver: ...
+
+
 @runtime_checkable
 class Search(Protocol):
     """Built as `Cls(settings)`; never logs, never selects (RunContext.run does both)."""
@@ -96,11 +161,10 @@ class Search(Protocol):
     needs_val: bool  # refuses to start without validation users
     evolves_itself: bool  # True: proposes with its own evolver (conditions are (mode, name))
 
-    def cycles(self, ctx: Any) -> Iterator[CycleRecord]:
+    def cycles(self, ctx: SearchContext) -> Iterator[CycleRecord]:
         """Yield cycle 0, 1, ... in order, each saved in `ctx.store` before it is yielded.
 
-        `ctx` is the run's optimize.context.RunContext (untyped here: the context imports this
-        module).
+        optimize/searches/base.py gives the whole call order.
         """
         ...
 

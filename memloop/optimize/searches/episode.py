@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memloop.feedback.objective import Mode
 from memloop.feedback.report import collect
 from memloop.feedback.summary import FeedbackSummary
-from memloop.optimize.contract import EvolveInput, NoSettings, propose
+from memloop.optimize.contract import EvolveInput, NoSettings, SearchContext, propose
 from memloop.runs.cycles import CycleRecord
-
-if TYPE_CHECKING:
-    from memloop.optimize.context import RunContext
 
 
 class EpisodeSearch:
@@ -31,31 +28,24 @@ class EpisodeSearch:
         self.settings = settings or NoSettings()
 
     @staticmethod
-    def screen(ctx: RunContext, k: int) -> Callable[[dict[str, str]], Any] | None:
+    def screen(ctx: SearchContext, k: int) -> Callable[[dict[str, str]], Any] | None:
         """A replay screen of candidate prompts on cycle k's training conversations."""
-        if not ctx.train:
+        if not ctx.users["train"]:
             return None
         from memloop.core.files import json_sha256
-        from memloop.optimize.replay_score import replay_screen
 
         recording = ctx.store.cycle_dir(k) / "episodes"
         out = ctx.store.cycle_dir(k) / "screen"
 
         def screen(prompts: dict[str, str]) -> Any:
-            return replay_screen(
-                ctx.train,
-                ctx.factory(prompts),
-                ctx.clients.agent,
-                recording,
-                out / json_sha256(prompts)[:12],  # one folder per screened prompt
-                periods=ctx.config.environment.periods,
-                parallel_users=ctx.config.parallel_users,
-                probes=ctx.config.probes,
+            # one folder per screened prompt
+            return ctx.replay_screen(
+                ctx.users["train"], prompts, recording, out / json_sha256(prompts)[:12]
             )
 
         return screen
 
-    def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
+    def cycles(self, ctx: SearchContext) -> Iterator[CycleRecord]:
         store = ctx.store
         evolver = ctx.make_evolver()
         prompts = ctx.initial_prompts
@@ -68,7 +58,9 @@ class EpisodeSearch:
                 started = time.perf_counter()
                 results = ctx.evaluate_splits(prompts, store.cycle_dir(k))
                 questions, _ = collect(r for e in results["train"].episodes for r in e.records)
-                summary = ctx.summary(ctx.train, questions, episodes=results["train"].episodes)
+                summary = ctx.summary(
+                    ctx.users["train"], questions, episodes=results["train"].episodes
+                )
                 store.save_summary(k, summary)
                 record = CycleRecord.of(
                     k,

@@ -57,12 +57,11 @@ from memloop.feedback.report import collect, cost_by_component, usage_by_compone
 from memloop.feedback.scoring import quiet_score
 from memloop.feedback.summary import FeedbackSummary, render_summary
 from memloop.llm.usage import add_costs
-from memloop.optimize.contract import EvolveInput, EvolveStep, propose
+from memloop.optimize.contract import EvolveInput, EvolveStep, SearchContext, propose
 from memloop.runs.cycles import CycleRecord
 
 if TYPE_CHECKING:
     from memloop.environment.episode import PeriodRecord
-    from memloop.optimize.context import RunContext
 
 
 class GepaSettings(BaseModel):
@@ -264,17 +263,17 @@ class EpisodeAdapter:
     """gepa.GEPAAdapter: evaluate a candidate on a batch of users by running their episodes."""
 
     def __init__(
-        self, ctx: RunContext, screen: bool = False, proposer: GepaReflection | None = None
+        self, ctx: SearchContext, screen: bool = False, proposer: GepaReflection | None = None
     ):
         self.ctx = ctx
         self.proposer = proposer  # makes every new candidate, through optimize.contract.propose
         self.iteration = 0  # gepa's current iteration (set by the iteration callback)
         self.feedback: FeedbackSummary | None = None  # the last reflective dataset's summary
-        self.root = ctx.run_dir / "candidates"
+        self.root = ctx.store.run_dir / "candidates"
         self.omitted = 0  # questions left out of reflection feedback by the size budget
         self.leaks_rejected = 0  # proposals the leak check refused (core/leaks.py)
         self.screen = screen  # screen new candidates on training users by replay
-        self.train_ids = {item.id for item in ctx.train}
+        self.train_ids = {item.id for item in ctx.users["train"]}
         self.recorded: dict[str, Path] = {}  # training user -> its latest on-policy episodes
         self.screen_next = False  # set by RecordIterations before a new candidate's minibatch
         self.draws: SearchDraws | None = None  # saved and restored with gepa's state
@@ -338,25 +337,14 @@ class EpisodeAdapter:
         """State accuracy per user of `candidate` replayed on the users' latest recordings."""
         from gepa.core.adapter import EvaluationBatch
 
-        from memloop.optimize.replay_score import replay_screen
-
         cid = candidate_id(candidate)
         atomic_write_json(self.root / f"{cid}.json", candidate)
         by_user: dict[str, float | None] = {}
         for recording in sorted({self.recorded[item.id] for item in batch}):
             users = [item for item in batch if self.recorded[item.id] == recording]
-            screening = replay_screen(
-                users,
-                self.ctx.factory(candidate),
-                self.ctx.clients.agent,
-                recording,
-                self.root
-                / cid
-                / "screen"
-                / json_sha256(str(recording.relative_to(self.root)))[:12],
-                periods=self.ctx.config.environment.periods,
-                parallel_users=self.ctx.config.parallel_users,
-                probes=self.ctx.config.probes,
+            folder = json_sha256(str(recording.relative_to(self.root)))[:12]
+            screening = self.ctx.replay_screen(
+                users, candidate, recording, self.root / cid / "screen" / folder
             )
             by_user.update(screening.by_user)
         scores = [float(by_user[item.id] or 0.0) for item in batch]  # None: no state pair
@@ -407,12 +395,12 @@ class GepaSearch:
     def __init__(self, settings: GepaSettings | None = None):
         self.settings = settings or GepaSettings()
 
-    def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
+    def cycles(self, ctx: SearchContext) -> Iterator[CycleRecord]:
         import gepa
 
         if not ctx.initial_prompts:
             raise UserError(
-                f"policy {ctx.policy_config.display_name} has no memory-write prompts "
+                f"policy {ctx.policy_name} has no memory-write prompts "
                 "for GEPA to evolve (use awi or awe)"
             )
         train, valset = ctx.users["train"], ctx.users["val"]
@@ -426,11 +414,11 @@ class GepaSearch:
             optimizer, ReflectionSettings(max_tokens=settings.reflection_max_tokens)
         )
 
-        state_dir = ctx.run_dir / "gepa_state"
+        state_dir = ctx.store.run_dir / "gepa_state"
         state_dir.mkdir(parents=True, exist_ok=True)
         # a new search (no saved state): its seed evaluation is the one the history counts
         new_search = not (state_dir / "gepa_state.bin").is_file()
-        history_path = ctx.run_dir / "gepa_cycles.json"
+        history_path = ctx.store.run_dir / "gepa_cycles.json"
         history = load_history(history_path)
         adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay", proposer=proposer)
         adapter.draws = draws = SearchDraws(ctx.config.seed, minibatch)
@@ -536,7 +524,7 @@ class GepaSearch:
             if record is None:
                 began = time.perf_counter()
                 results = ctx.evaluate_splits(
-                    prompts, ctx.run_dir / "candidates" / candidate_id(prompts)
+                    prompts, ctx.store.run_dir / "candidates" / candidate_id(prompts)
                 )
                 record = CycleRecord.of(
                     k,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memloop.core.files import safe_name
 from memloop.environment.episode import EpisodeRunner, PeriodRecord
@@ -26,11 +26,8 @@ from memloop.feedback.report import collect, period_metrics
 from memloop.feedback.summary import budgeted_summary
 from memloop.feedback.write_failures import failure_block, state_pairs
 from memloop.llm.usage import UsageTracker
-from memloop.optimize.contract import EvolveInput, NoSettings, propose
+from memloop.optimize.contract import EvolveInput, NoSettings, SearchContext, propose
 from memloop.runs.cycles import CycleRecord
-
-if TYPE_CHECKING:
-    from memloop.optimize.context import RunContext
 
 
 class PeriodSearch:
@@ -42,8 +39,8 @@ class PeriodSearch:
     def __init__(self, settings: NoSettings | None = None):
         self.settings = settings or NoSettings()
 
-    def cycles(self, ctx: RunContext) -> Iterator[CycleRecord]:
-        config, store, items = ctx.config, ctx.store, ctx.train
+    def cycles(self, ctx: SearchContext) -> Iterator[CycleRecord]:
+        config, store, items = ctx.config, ctx.store, ctx.users["train"]
         n_periods = min(
             min(config.environment.periods or it.num_periods, it.num_periods) for it in items
         )
@@ -52,7 +49,7 @@ class PeriodSearch:
         runners: list[EpisodeRunner] = []
         for item in items:
             usage = UsageTracker()
-            user_dir = ctx.run_dir / "episodes" / safe_name(item.id)
+            user_dir = ctx.store.run_dir / "episodes" / safe_name(item.id)
             agent = ctx.clients.agent.fork(usage)
             policy = ctx.factory(ctx.initial_prompts)(item.id, user_dir / "workdir", agent)
             runners.append(
@@ -91,7 +88,7 @@ class PeriodSearch:
 
     def _cycle(
         self,
-        ctx: RunContext,
+        ctx: SearchContext,
         p: int,
         prompts: dict[str, str],
         history: list[PeriodRecord],
@@ -104,7 +101,7 @@ class PeriodSearch:
         questions, _ = collect(history)
         updates = {
             it.id: {v: it.state_at(p)[v] for e in it.exposed_values(p) for v in e}
-            for it in ctx.train
+            for it in ctx.users["train"]
         }
         by_user: dict[str, list[PeriodRecord]] = {}
         for r in history:
