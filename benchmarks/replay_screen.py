@@ -31,7 +31,7 @@ def main() -> int:
     from memloop.environment.datafile import save_items
     from memloop.environment.procedural import generate_procedural
     from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.llm.roles import RoleClients
     from memloop.optimize.replay_score import replay_screen
     from memloop.policies import AWIConfig, build_policy
@@ -65,8 +65,10 @@ def main() -> int:
         factory,
         out / "onpolicy",
         clients=onpolicy_clients,
-        sim_config=SimulatorConfig(rounds_init=1, rounds_update=args.rounds_update),
-        max_users_in_parallel=1,
+        settings=EvaluationSettings(
+            sim_config=SimulatorConfig(rounds_init=1, rounds_update=args.rounds_update),
+            max_users_in_parallel=1,
+        ),
     )
     onpolicy_s = time.perf_counter() - started
     onpolicy_tokens = sum(result.metrics["usage"].values())

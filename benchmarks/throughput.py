@@ -99,7 +99,7 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
     program_gc()  # as the `memloop` program does
     from memloop.environment.procedural import generate_procedural
     from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.llm.roles import RoleClients
     from memloop.policies import build_policy
     from memloop.policies.config import AWIConfig
@@ -118,9 +118,11 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
                 lambda uid, workdir, c: build_policy(config, c, workdir),
                 Path(out),
                 clients=RoleClients.single(client),
-                sim_config=SimulatorConfig(rounds_init=1, rounds_update=1),
-                max_users_in_parallel=parallel,
-                progress=False,
+                settings=EvaluationSettings(
+                    sim_config=SimulatorConfig(rounds_init=1, rounds_update=1),
+                    max_users_in_parallel=parallel,
+                    progress=False,
+                ),
             )
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     calls = result.new_requests

@@ -17,7 +17,7 @@ from memloop.feedback.calibration import (
     checker_calibration,
     recall_null_reason,
 )
-from memloop.feedback.evaluate import run_evaluation, run_evaluation_groups
+from memloop.feedback.evaluate import EvaluationSettings, run_evaluation, run_evaluation_groups
 from memloop.feedback.probes import RECALL_PROMPT, RECALL_SYSTEM, revealed_states, words
 from memloop.feedback.report import build_metrics, period_metrics
 from memloop.llm.client import ChatClient
@@ -169,7 +169,7 @@ def scripted_evaluation(items, fake, tmp_path):
         lambda uid, wd, c: ScriptedPolicy(),
         tmp_path / "out",
         clients=RoleClients.single(client(fake, tmp_path)),
-        progress=False,
+        settings=EvaluationSettings(progress=False),
     )
 
 
@@ -224,11 +224,19 @@ def test_a_checker_reading_the_notes_keeps_recall(tmp_path):
         cache = client(fake, tmp_path)
         factory = lambda uid, wd, c: InitialStatePolicy(uid)  # noqa: E731
         result = run_evaluation(
-            items, factory, tmp_path / "out", clients=RoleClients.single(cache), progress=False
+            items,
+            factory,
+            tmp_path / "out",
+            clients=RoleClients.single(cache),
+            settings=EvaluationSettings(progress=False),
         )
         sent = len(fake.requests)
         again = run_evaluation(
-            items, factory, tmp_path / "out", clients=RoleClients.single(cache), progress=False
+            items,
+            factory,
+            tmp_path / "out",
+            clients=RoleClients.single(cache),
+            settings=EvaluationSettings(progress=False),
         )
         assert len(fake.requests) == sent and again.new_requests == 0  # calibration cached too
     m = result.metrics
@@ -321,7 +329,7 @@ def test_groups_share_one_calibration(tmp_path):
             lambda uid, wd, c: ScriptedPolicy(),
             tmp_path / "out",
             clients=RoleClients.single(client(fake, tmp_path)),
-            progress=False,
+            settings=EvaluationSettings(progress=False),
         )
         asked = [
             b

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from memloop.environment.procedural import generate_procedural
-from memloop.feedback.evaluate import run_evaluation
+from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.llm.roles import RoleClients
@@ -33,11 +33,19 @@ def test_evaluation_outputs_and_rerun_without_calls(tmp_path):
         )
         factory = lambda uid, wd, c: ScriptedPolicy(garble_every=3)  # noqa: E731
         first = run_evaluation(
-            items, factory, tmp_path / "out", clients=RoleClients.single(client), progress=False
+            items,
+            factory,
+            tmp_path / "out",
+            clients=RoleClients.single(client),
+            settings=EvaluationSettings(progress=False),
         )
         sent = len(fake.requests)
         again = run_evaluation(
-            items, factory, tmp_path / "out", clients=RoleClients.single(client), progress=False
+            items,
+            factory,
+            tmp_path / "out",
+            clients=RoleClients.single(client),
+            settings=EvaluationSettings(progress=False),
         )
         assert len(fake.requests) == sent  # rerun: no model call at all
     assert first.new_requests == sent and again.new_requests == 0

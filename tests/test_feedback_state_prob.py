@@ -191,7 +191,7 @@ def letter_logprobs(body, text):
 
 @pytest.mark.parametrize("served", [True, False], ids=["logprobs", "no-logprobs"])
 def test_an_evaluation_reports_state_prob_or_says_why_not(tmp_path, served):
-    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.llm.client import ChatClient
     from memloop.llm.endpoint import Endpoint
     from memloop.llm.roles import RoleClients
@@ -206,8 +206,7 @@ def test_an_evaluation_reports_state_prob_or_says_why_not(tmp_path, served):
             lambda uid, wd, c: build_policy(AWIConfig(), c, wd),
             tmp_path / "out",
             clients=RoleClients.single(client),
-            progress=False,
-            probes=ProbeSettings(state_read="letters"),
+            settings=EvaluationSettings(progress=False, probes=ProbeSettings(state_read="letters")),
         )
         letter_requests = [b for b in fake.requests if b.get("logprobs")]
     m = json.loads((tmp_path / "out" / "metrics.json").read_text())

@@ -12,7 +12,7 @@ import pytest
 
 from memloop.environment.episode import PeriodRecord, SessionLog, load_record
 from memloop.environment.procedural import generate_procedural
-from memloop.feedback.evaluate import run_evaluation
+from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
 from memloop.feedback.exposure import exposure_fields
 from memloop.feedback.probes import MC_PROMPT, STATE_PROMPT
 from memloop.feedback.records import QuestionRecord
@@ -51,7 +51,7 @@ def test_no_state_query_carries_the_users_raw_words(tmp_path):
             lambda uid, wd, c: build_policy(config, c, wd),
             tmp_path / "out",
             clients=RoleClients.single(client),
-            progress=False,
+            settings=EvaluationSettings(progress=False),
         )
         bodies = list(fake.requests)
     said = [s.query for p in items[0].periods for s in p.sessions]

@@ -303,7 +303,7 @@ def test_evolve_with_the_playbook_selects_on_the_objective(tmp_path):
 
 def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evaluation(tmp_path):
     from memloop.environment.procedural import generate_procedural
-    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.optimize.replay_score import replay_screen
     from memloop.testing import ScriptedPolicy, evolve_loop_reply
 
@@ -325,7 +325,7 @@ def test_replay_screening_asks_only_the_state_queries_and_scores_like_the_evalua
             factory,
             tmp_path / "onpolicy",
             clients=RoleClients.single(client),
-            progress=False,
+            settings=EvaluationSettings(progress=False),
         )
         evaluated = len(asked)
         asked.clear()

@@ -19,7 +19,7 @@ GOLDEN = Path(__file__).parent / "data" / "golden_eval"
 def fixed_run(out: Path) -> tuple[list[dict], list[str]]:
     from memloop.environment.procedural import generate_procedural
     from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.llm.client import ChatClient
     from memloop.llm.endpoint import Endpoint
     from memloop.llm.roles import RoleClients
@@ -39,9 +39,11 @@ def fixed_run(out: Path) -> tuple[list[dict], list[str]]:
             lambda uid, wd, c: build_policy(AWIConfig(), c, wd),
             out / "run",
             clients=RoleClients.single(client),
-            sim_config=SimulatorConfig(rounds_init=1, rounds_update=1),
-            max_users_in_parallel=1,
-            progress=False,
+            settings=EvaluationSettings(
+                sim_config=SimulatorConfig(rounds_init=1, rounds_update=1),
+                max_users_in_parallel=1,
+                progress=False,
+            ),
         )
     records = [
         json.loads(line) for line in (out / "run" / "records.jsonl").read_text().splitlines()

@@ -49,49 +49,65 @@ def calibrate(
     return calibration, int(usage.summary()["total"]["calls"])
 
 
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """How an evaluation runs, whoever it evaluates: the same for every evaluation of a run.
+
+    - `sim_config`: the user simulator's rounds (None: its defaults);
+    - `periods`: the periods of each user's episode (None: all of them);
+    - `max_users_in_parallel`: users whose episodes run at the same time;
+    - `progress`: progress bars on the terminal;
+    - `plot`: per_period.png beside metrics.json (report.write_outputs);
+    - `probes`: how the probes read the answers (None: the default JSON read).
+    """
+
+    sim_config: SimulatorConfig | None = None
+    periods: int | None = None
+    max_users_in_parallel: int = 2
+    progress: bool = True
+    plot: bool = True
+    probes: ProbeSettings | None = None
+
+
 def run_evaluation(
     items: list[UserItem],
     policy_factory: PolicyFactory,
     out_dir: Path,
     *,
     clients: RoleClients,
-    sim_config: SimulatorConfig | None = None,
-    periods: int | None = None,
-    max_users_in_parallel: int = 2,
-    progress: bool = True,
+    settings: EvaluationSettings | None = None,
     replay_from: Path | None = None,
     extra: dict[str, Any] | None = None,
-    plot: bool = True,
     label: str | None = None,
     group: str | None = None,
-    probes: ProbeSettings | None = None,
 ) -> EvaluationResult:
     """Episodes under `out_dir/episodes`; metrics.json, records.jsonl, per_period.png in `out_dir`.
 
-    A rerun resumes finished periods from their checkpoints (no model calls). `plot=False`: no
-    per_period.png (report.write_outputs). `label` and `group` (the users' split) name the
-    progress bars.
+    A rerun resumes finished periods from their checkpoints (no model calls). `replay_from`: the
+    recorded conversations to replay instead of simulating; `extra`: more keys for metrics.json;
+    `label` and `group` (the users' split) name the progress bars.
     """
     out_dir = Path(out_dir)
-    prober = Prober(clients.agent, clients.checker, probes or ProbeSettings())
+    s = settings or EvaluationSettings()
+    prober = Prober(clients.agent, clients.checker, s.probes or ProbeSettings())
     episodes = run_episodes(
         items,
         policy_factory,
         clients.agent,
         out_dir / "episodes",
         sim_client=clients.user_sim,
-        sim_config=sim_config,
+        sim_config=s.sim_config,
         probe=prober,
-        periods=periods,
-        max_users_in_parallel=max_users_in_parallel,
+        periods=s.periods,
+        max_users_in_parallel=s.max_users_in_parallel,
         replay_from=replay_from,
-        progress=progress,
+        progress=s.progress,
         label=label,
         groups={item.id: group for item in items} if group else None,
     )
     period_records = [r for e in episodes for r in e.records]
     calibration, sent = calibrate(items, prober.checker_client)
-    metrics = write_outputs(out_dir, period_records, extra, calibration, plot=plot)
+    metrics = write_outputs(out_dir, period_records, extra, calibration, plot=s.plot)
     return EvaluationResult(metrics, episodes, sent)
 
 
@@ -101,13 +117,8 @@ def run_evaluation_groups(
     out_dir: Path,
     *,
     clients: RoleClients,
-    sim_config: SimulatorConfig | None = None,
-    periods: int | None = None,
-    max_users_in_parallel: int = 2,
-    progress: bool = True,
-    plot: bool = True,
+    settings: EvaluationSettings | None = None,
     label: str | None = None,
-    probes: ProbeSettings | None = None,
 ) -> dict[str, EvaluationResult]:
     """Several groups of users (e.g. training and held-out users) under one policy in one pass.
 
@@ -119,18 +130,19 @@ def run_evaluation_groups(
     everyone = [item for items in groups.values() for item in items]
     if len({item.id for item in everyone}) != len(everyone):
         raise ValueError("a user appears in more than one group (or twice in one)")
-    prober = Prober(clients.agent, clients.checker, probes or ProbeSettings())
+    s = settings or EvaluationSettings()
+    prober = Prober(clients.agent, clients.checker, s.probes or ProbeSettings())
     episodes = run_episodes(
         everyone,
         policy_factory,
         clients.agent,
         out_dir / "episodes",
         sim_client=clients.user_sim,
-        sim_config=sim_config,
+        sim_config=s.sim_config,
         probe=prober,
-        periods=periods,
-        max_users_in_parallel=max_users_in_parallel,
-        progress=progress,
+        periods=s.periods,
+        max_users_in_parallel=s.max_users_in_parallel,
+        progress=s.progress,
         label=label,
         groups={item.id: name for name, items in groups.items() for item in items},
     )
@@ -142,6 +154,6 @@ def run_evaluation_groups(
         if items:
             mine = [by_user[item.id] for item in items]
             records = [r for e in mine for r in e.records]
-            metrics = write_outputs(out_dir / name, records, calibration=calibration, plot=plot)
+            metrics = write_outputs(out_dir / name, records, calibration=calibration, plot=s.plot)
             results[name] = EvaluationResult(metrics, mine, 0 if results else sent)
     return results

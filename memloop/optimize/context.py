@@ -23,7 +23,12 @@ from memloop.core.files import atomic_write_json, json_sha256, safe_name
 from memloop.core.leaks import LeakCheck
 from memloop.environment.data import UserItem
 from memloop.environment.simulator import SimulatorConfig
-from memloop.feedback.evaluate import EvaluationResult, run_evaluation, run_evaluation_groups
+from memloop.feedback.evaluate import (
+    EvaluationResult,
+    EvaluationSettings,
+    run_evaluation,
+    run_evaluation_groups,
+)
 from memloop.feedback.objective import Mode, Objective
 from memloop.feedback.records import QuestionRecord
 from memloop.feedback.summary import FeedbackSummary, episode_summary
@@ -89,10 +94,9 @@ def sim_config(config: Any) -> SimulatorConfig:
     return SimulatorConfig(rounds_init=config.rounds.init, rounds_update=config.rounds.update)
 
 
-def evaluation_options(config: Any, clients: RoleClients, progress: bool) -> dict[str, Any]:
-    """run_evaluation's keyword arguments for an evolve or tune config."""
-    return dict(
-        clients=clients,
+def evaluation_settings(config: Any, progress: bool) -> EvaluationSettings:
+    """How an evolve or tune config's evaluations run."""
+    return EvaluationSettings(
         sim_config=sim_config(config),
         periods=config.environment.periods,
         max_users_in_parallel=config.parallel_users,
@@ -252,7 +256,11 @@ class RunContext:
         return sim_config(self.config)
 
     def _eval_options(self) -> dict[str, Any]:
-        return evaluation_options(self.config, self.clients, self.progress)
+        """run_evaluation's keywords for this run: its clients and evaluation settings."""
+        return {
+            "clients": self.clients,
+            "settings": evaluation_settings(self.config, self.progress),
+        }
 
     def evaluate(
         self, items: list[UserItem], prompts: dict[str, str], out: Path

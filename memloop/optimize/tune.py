@@ -48,7 +48,7 @@ from memloop.core.tables import format_table
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
 from memloop.optimize.context import (
-    evaluation_options,
+    evaluation_settings,
     load_environment,
     role_clients,
     split_users,
@@ -491,7 +491,8 @@ class Tuner:
             self.users[split],
             lambda uid, wd, c: build(policy_config, c, wd),
             self.config.output_root / split / _folder(self.kind, params),
-            **evaluation_options(self.config, self.clients, self.progress),
+            clients=self.clients,
+            settings=evaluation_settings(self.config, self.progress),
             label=f"trial {_folder(self.kind, params)}",
             group=split,
         )

@@ -116,7 +116,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.environment.episode import requests_sent, run_episodes
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import run_evaluation
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.feedback.probes import ProbeSettings
     from memloop.feedback.report import format_metrics
     from memloop.policies import build_policy, policy_prompts, recorder_config
@@ -199,13 +199,15 @@ def run_eval(args: argparse.Namespace) -> int:
             lambda uid, workdir, client: build_policy(config, client, workdir),
             out,
             clients=clients,
-            sim_config=sim_config,
-            periods=periods,
-            max_users_in_parallel=args.parallel_users,
             replay_from=replay_from,
-            progress=not args.no_progress,
             label=f"eval {config.display_name}",
-            probes=probes,
+            settings=EvaluationSettings(
+                sim_config=sim_config,
+                periods=periods,
+                max_users_in_parallel=args.parallel_users,
+                progress=not args.no_progress,
+                probes=probes,
+            ),
         )
     from memloop.feedback.objective import Objective
 
