@@ -8,6 +8,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import memloop
 
 ROOT = Path(memloop.__file__).parent
@@ -280,3 +282,89 @@ def test_only_the_tracker_talks_to_mlflow():
     assert mlflow_uses(ast.parse("import mlflow\nmlc.get_run(r)")) == ["mlflow", "mlc.get_run(...)"]
     tracker = "\n".join(p.read_text(encoding="utf-8") for p in sorted(TRACKER))
     assert len(mlflow_uses(ast.parse(tracker))) > 20
+
+
+POLICY_CLASS = """
+class Mine:
+    name = "mine"
+
+    def __init__(self, options, client, workdir):
+        pass
+
+    respond = answer = memory_view = lambda self, *a, **k: None
+"""
+SEARCH_CLASS = """
+from memloop.optimize.contract import NoSettings
+
+
+class Mine:
+    name = "mine"
+    Settings = NoSettings
+    needs_val = False
+    evolves_itself = False
+
+    def __init__(self, settings=None):
+        self.settings = settings or NoSettings()
+
+    def cycles(self, ctx):
+        yield from ()
+"""
+
+
+def test_every_registry_follows_one_precedence_rule(tmp_path, monkeypatch):
+    """Policies and optimizers: built-in > registered > entry point > `module:Class`; nothing
+    takes a built-in's name (docs/architecture.md states the rule)."""
+    from memloop.core.plugins import Registry
+    from memloop.optimize import registry as optimizers
+    from memloop.policies import registry as policies
+
+    assert isinstance(policies.REGISTRY, Registry) and isinstance(optimizers.REGISTRY, Registry)
+    site = tmp_path / "site"
+    for package, text in (("mypolicy", POLICY_CLASS), ("mysearch", SEARCH_CLASS)):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text(text)
+    dist = site / "mine-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mine\nVersion: 0.1\n")
+    # each package also claims a built-in's name, and a name that will be registered
+    (dist / "entry_points.txt").write_text(
+        "[memloop.policies]\nawi = mypolicy:Mine\nshared = mypolicy:Mine\nonly = mypolicy:Mine\n"
+        "[memloop.optimizers]\nepisode = mysearch:Mine\nshared = mysearch:Mine\n"
+        "only = mysearch:Mine\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    import mypolicy  # type: ignore[import-not-found]
+    import mysearch  # type: ignore[import-not-found]
+
+    class Registered(mypolicy.Mine):
+        pass
+
+    class RegisteredSearch(mysearch.Mine):
+        name = "registered"
+
+    monkeypatch.setattr(policies.REGISTRY, "registered", {})
+    monkeypatch.setattr(optimizers.REGISTRY, "registered", {})
+    policies.register("shared", Registered)
+    optimizers.register("shared", RegisteredSearch)
+    for module, builtin, cls in (
+        (policies, "awi", Registered),
+        (optimizers, "episode", RegisteredSearch),
+    ):
+        reg = module.REGISTRY
+        # 1. a built-in wins over an entry point of its name, and cannot be registered over
+        assert reg.lookup(builtin) == module.BUILTIN[builtin]
+        with pytest.raises(ValueError, match="a built-in's name"):
+            module.register(builtin, cls)
+        # 2. a registered class wins over an entry point of its name
+        assert reg.lookup("shared") is cls
+        # 3. an entry point, then 4. a target
+        assert reg.lookup("only") in ("mypolicy:Mine", "mysearch:Mine")
+        assert reg.lookup("pkg.mod:Cls") == "pkg.mod:Cls" and reg.lookup("nothing") is None
+        assert reg.names().count(builtin) == 1 and reg.names()[-2:] == ["shared", "only"]
+    # and what the YAML names is built from it
+    from memloop.policies.config import parse_policy_config
+
+    assert optimizers.build_search("shared").name == "registered"
+    assert optimizers.build_search("episode").name == "episode"
+    config = parse_policy_config({"type": "shared"}, "test")
+    assert policies.plugin_class(config) is Registered

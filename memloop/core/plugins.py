@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,62 @@ def checked_prompts(obj: Any, where: str = "") -> dict[str, str]:
             f"plug-in {plugin_label(obj)}.prompts {problem}{where}: run memloop policy check"
         )
     return prompts
+
+
+class Registry:
+    """One kind of plug-in by name (policy types; optimizers), under one precedence rule.
+
+    A name resolves to the first of:
+    1. a built-in (`builtin`: {name: (kind, "package.module:Class")}); nothing else can take a
+       built-in's name: `register` refuses it and an entry point with it is ignored;
+    2. a class registered in this process with `register(name, cls)`;
+    3. an installed package's entry point in `group` (value "package.module:Class");
+    4. the name itself, when it is "package.module:Class" or "path/to/file.py:Class".
+
+    `kind_of(cls)` tells the kind a class declares by its members (None: not a plug-in of this
+    registry); built-ins declare theirs in the table.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        builtin: dict[str, tuple[str, str]],
+        kind_of: Callable[[type], str | None],
+    ):
+        self.group = group
+        self.builtin = dict(builtin)
+        self.kind_of = kind_of
+        self.registered: dict[str, type] = {}
+
+    def register(self, name: str, cls: type) -> None:
+        """Make `cls` available by `name` in YAML files (refused: a built-in's name)."""
+        if not isinstance(cls, type):
+            raise TypeError(f"register({name!r}, ...): give the class, not {type(cls).__name__}")
+        if name in self.builtin:
+            raise ValueError(f"register({name!r}, ...): a built-in's name; choose another")
+        if self.kind_of(cls) is None:
+            raise TypeError(f"{cls.__name__} is not a plug-in of {self.group}")
+        self.registered[name] = cls
+
+    def installed(self) -> dict[str, str]:
+        """{name: target} of the installed packages' entry points, without built-in names."""
+        return {n: t for n, t in installed(self.group).items() if n not in self.builtin}
+
+    def names(self, kind: str | None = None) -> list[str]:
+        """The names known without importing a plug-in (of `kind`, or all), in rule order."""
+        known = [n for n, (k, _) in self.builtin.items() if kind in (None, k)]
+        known += [
+            n
+            for n, cls in self.registered.items()
+            if kind in (None, self.kind_of(cls)) and n not in known
+        ]
+        known += [n for n in self.installed() if n not in known]
+        return known
+
+    def lookup(self, name: str) -> type | str | None:
+        """The class registered as `name`, or the target `name` stands for (None: unknown)."""
+        if name in self.builtin:
+            return self.builtin[name][1]
+        if name in self.registered:
+            return self.registered[name]
+        return self.installed().get(name) or (name if ":" in name else None)

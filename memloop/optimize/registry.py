@@ -1,12 +1,13 @@
 """Every optimizer by name: the one registry of evolvers and searches.
 
-A name in an experiment YAML (`evolvers: [...]`, `search: ...`) is one of
-- a built-in: the evolvers `none`, `reflective`, `playbook`, `edits`, and the searches `episode`,
-  `period`, `gepa`;
-- a name registered in this process with `register("name", Cls)`;
-- a short name an installed package registers in the entry-point group `memloop.optimizers`
-  (value `package.module:Class`);
-- `package.module:Class` or `path/to/file.py:Class` (relative to the YAML file's folder).
+A name in an experiment YAML (`evolvers: [...]`, `search: ...`) resolves by the rule every
+memloop registry follows (core/plugins.py `Registry`), first match wins:
+1. a built-in: the evolvers `none`, `reflective`, `playbook`, `edits`, and the searches
+   `episode`, `period`, `gepa` (kind declared in the table);
+2. a name registered in this process with `register("name", Cls)` (a built-in's name is refused);
+3. a short name an installed package registers in the entry-point group `memloop.optimizers`
+   (value `package.module:Class`; one with a built-in's name is ignored);
+4. `package.module:Class` or `path/to/file.py:Class` (relative to the YAML file's folder).
 
 Naming code runs it: the module is imported when the name is resolved. A class is an evolver
 when it has `propose`, a search when it has `cycles` (optimize/contract.py); both declare a
@@ -26,29 +27,7 @@ from memloop.optimize.contract import EVOLVER_MEMBERS, SEARCH_MEMBERS, Evolver, 
 
 Kind = Literal["evolver", "search"]
 ENTRY_POINT_GROUP = "memloop.optimizers"
-BUILTIN: dict[str, str] = {
-    "none": "memloop.optimize.evolvers.none:NoEvolver",
-    "reflective": "memloop.optimize.evolvers.reflective:ReflectiveEvolver",
-    "playbook": "memloop.optimize.evolvers.playbook:PlaybookEvolver",
-    "edits": "memloop.optimize.evolvers.edits:EditsEvolver",
-    "episode": "memloop.optimize.searches.episode:EpisodeSearch",
-    "period": "memloop.optimize.searches.period:PeriodSearch",
-    "gepa": "memloop.optimize.searches.gepa:GepaSearch",
-}
-_REGISTERED: dict[str, type] = {}
 _MEMBERS: dict[Kind, tuple[str, ...]] = {"evolver": EVOLVER_MEMBERS, "search": SEARCH_MEMBERS}
-
-
-def register(name: str, cls: type) -> None:
-    """Make `cls` (an evolver or a search class) available by `name` in experiment YAML files."""
-    if not isinstance(cls, type):
-        raise TypeError(f"register({name!r}, ...): give the class, not {type(cls).__name__}")
-    if kind_of(cls) is None:
-        raise TypeError(
-            f"{cls.__name__} is neither an evolver (name, Settings, propose) nor a search "
-            "(name, Settings, needs_val, evolves_itself, cycles)"
-        )
-    _REGISTERED[name] = cls
 
 
 def kind_of(cls: type) -> Kind | None:
@@ -59,24 +38,47 @@ def kind_of(cls: type) -> Kind | None:
     return None
 
 
+REGISTRY = plugins.Registry(
+    ENTRY_POINT_GROUP,
+    {
+        "none": ("evolver", "memloop.optimize.evolvers.none:NoEvolver"),
+        "reflective": ("evolver", "memloop.optimize.evolvers.reflective:ReflectiveEvolver"),
+        "playbook": ("evolver", "memloop.optimize.evolvers.playbook:PlaybookEvolver"),
+        "edits": ("evolver", "memloop.optimize.evolvers.edits:EditsEvolver"),
+        "episode": ("search", "memloop.optimize.searches.episode:EpisodeSearch"),
+        "period": ("search", "memloop.optimize.searches.period:PeriodSearch"),
+        "gepa": ("search", "memloop.optimize.searches.gepa:GepaSearch"),
+    },
+    kind_of,
+)
+BUILTIN: dict[str, str] = {name: target for name, (_, target) in REGISTRY.builtin.items()}
+
+
+def register(name: str, cls: type) -> None:
+    """Make `cls` (an evolver or a search class) available by `name` in experiment YAML files.
+
+    A built-in's name is refused (ValueError): a registered class never shadows a built-in.
+    """
+    if isinstance(cls, type) and kind_of(cls) is None:
+        raise TypeError(
+            f"{cls.__name__} is neither an evolver (name, Settings, propose) nor a search "
+            "(name, Settings, needs_val, evolves_itself, cycles)"
+        )
+    REGISTRY.register(name, cls)
+
+
 def names(kind: Kind) -> list[str]:
     """The names of `kind` known without importing a plug-in: built-in, registered, installed."""
-    known = [n for n in BUILTIN if _builtin_kind(n) == kind]
-    known += [n for n, cls in _REGISTERED.items() if kind_of(cls) == kind and n not in known]
-    known += [n for n in plugins.installed(ENTRY_POINT_GROUP) if n not in known]
-    return known
-
-
-def _builtin_kind(name: str) -> Kind:
-    return "search" if name in ("episode", "period", "gepa") else "evolver"
+    return REGISTRY.names(kind)
 
 
 def optimizer_class(name: str, kind: Kind, key: str, base_dir: Path | None = None) -> type:
     """The class `name` resolves to, checked to be of `kind`; one line naming `key` if not."""
-    if name in _REGISTERED:
-        cls = _REGISTERED[name]
+    found = REGISTRY.lookup(name)
+    if isinstance(found, type):
+        cls = found
     else:
-        target = BUILTIN.get(name) or plugins.installed(ENTRY_POINT_GROUP).get(name) or name
+        target = found or name
         if ":" not in target:
             raise UserError(
                 f"key {key!r}: unknown {kind} {name!r}; use one of {', '.join(names(kind))}, "
@@ -91,8 +93,8 @@ def optimizer_class(name: str, kind: Kind, key: str, base_dir: Path | None = Non
             raise UserError(
                 f"key {key!r}: cannot load {name!r} ({type(exc).__name__}: {exc})".splitlines()[0]
             ) from None
-    found = kind_of(cls) if isinstance(cls, type) else None
-    if found != kind:
+    declared = kind_of(cls) if isinstance(cls, type) else None
+    if declared != kind:
         raise UserError(
             f"key {key!r}: {name!r} is not an {kind} class (needs "
             f"{', '.join(_MEMBERS[kind])}; see memloop/optimize/contract.py)"

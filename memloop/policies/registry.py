@@ -1,15 +1,17 @@
 """Where a policy class comes from: the registry every `type:` of a policy YAML goes through.
 
-A `type:` is one of
-- a registered name: the built-in `native`, `awi`, `awe`, `rag`, or a short name an installed
-  package registers in the entry-point group `memloop.policies` (value `package.module:Class`);
-- `package.module:ClassName`: an importable class;
-- `path/to/file.py:ClassName`: a class in a Python file (a relative path is relative to the folder
-  of the YAML file that names it, the one path rule of memloop's YAML files).
+A `type:` resolves by the rule every memloop registry follows (core/plugins.py `Registry`),
+first match wins:
+1. a built-in: `native`, `awi`, `awe`, `rag`;
+2. a name registered in this process with `register("name", Cls)` (a built-in's name is refused);
+3. a short name an installed package registers in the entry-point group `memloop.policies`
+   (value `package.module:Class`; one with a built-in's name is ignored);
+4. `package.module:ClassName` (an importable class) or `path/to/file.py:ClassName` (a class in a
+   Python file; a relative path is relative to the folder of the YAML file that names it, the
+   one path rule of memloop's YAML files).
 
 Every class is built the same way: `Class(options, client, workdir)`. A built-in gets its typed
-config as `options`; a plug-in the YAML's other keys as a dict. Built-in names win over installed
-ones.
+config as `options`; a plug-in the YAML's other keys as a dict.
 """
 
 from __future__ import annotations
@@ -24,13 +26,24 @@ from memloop.core.files import file_sha256
 from memloop.core.plugins import MissingName, import_target
 
 ENTRY_POINT_GROUP = "memloop.policies"
+POLICY_MEMBERS = ("respond", "answer", "memory_view")  # enough to tell a policy class
 
-BUILTIN: dict[str, str] = {
-    "native": "memloop.policies.native:NativePolicy",
-    "awi": "memloop.policies.awi:AWIPolicy",
-    "awe": "memloop.policies.external:AWEPolicy",
-    "rag": "memloop.policies.external:RAGPolicy",
-}
+REGISTRY = plugins.Registry(
+    ENTRY_POINT_GROUP,
+    {
+        "native": ("policy", "memloop.policies.native:NativePolicy"),
+        "awi": ("policy", "memloop.policies.awi:AWIPolicy"),
+        "awe": ("policy", "memloop.policies.external:AWEPolicy"),
+        "rag": ("policy", "memloop.policies.external:RAGPolicy"),
+    },
+    lambda cls: "policy" if all(hasattr(cls, m) for m in POLICY_MEMBERS) else None,
+)
+BUILTIN: dict[str, str] = {name: target for name, (_, target) in REGISTRY.builtin.items()}
+
+
+def register(name: str, cls: type) -> None:
+    """Make policy class `cls` available as `type: name` (a built-in's name is refused)."""
+    REGISTRY.register(name, cls)
 
 
 @dataclass(frozen=True)
@@ -47,22 +60,22 @@ class PolicySource:
 
 def installed() -> dict[str, str]:
     """{short name: target} registered by installed packages (entry points)."""
-    return plugins.installed(ENTRY_POINT_GROUP)
+    return REGISTRY.installed()
 
 
 def known_names() -> list[str]:
-    return [*BUILTIN, *(n for n in installed() if n not in BUILTIN)]
+    return REGISTRY.names()
 
 
 def resolve(kind: str, where: str, base_dir: Path | None = None) -> PolicySource:
     """The class target a `type:` names; one-line UserError when it names nothing."""
+    found = REGISTRY.lookup(kind)
     if kind in BUILTIN:
         return PolicySource(kind, BUILTIN[kind], None)
-    registered = installed()
-    if kind in registered:
-        target = registered[kind]
-    elif ":" in kind:
-        target = kind
+    if isinstance(found, type):  # registered in this process: found again by module and name
+        return PolicySource(kind, f"{found.__module__}:{found.__qualname__}", None)
+    if found is not None:
+        target = found
     else:
         raise UserError(
             f"{where}: key 'type': unknown policy type {kind!r} (registered: "
@@ -83,6 +96,9 @@ def resolve(kind: str, where: str, base_dir: Path | None = None) -> PolicySource
 
 def load_class(source: PolicySource, where: str) -> type:
     """Import the class of `source`; one-line UserError when it does not import."""
+    registered = REGISTRY.registered.get(source.type)
+    if registered is not None and source.type not in BUILTIN:
+        return registered
     module_name, _, cls_name = source.target.rpartition(":")
     try:
         cls = import_target(source.target)
