@@ -368,3 +368,17 @@ def test_every_registry_follows_one_precedence_rule(tmp_path, monkeypatch):
     assert optimizers.build_search("episode").name == "episode"
     config = parse_policy_config({"type": "shared"}, "test")
     assert policies.plugin_class(config) is Registered
+
+
+def test_shared_command_options_are_defined_once():
+    """--cache, --tracking-uri, --no-progress, --cycles and the "at least 1" check live in
+    experiments/commands/options.py; a command adds them from there."""
+    commands = ROOT / "experiments" / "commands"
+    shared = ('"--cache"', '"--tracking-uri"', '"--no-progress"', '"--cycles"', "at least 1")
+    found = {
+        path.name: [s for s in shared if s in path.read_text(encoding="utf-8")]
+        for path in sorted(commands.glob("*.py"))
+        if path.name != "options.py"
+    }
+    assert {name: hits for name, hits in found.items() if hits} == {}
+    assert all(s in (commands / "options.py").read_text(encoding="utf-8") for s in shared)

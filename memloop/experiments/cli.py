@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         policy_cmd,
         power_cmd,
         quickstart_cmd,
+        results_cmd,
     )
 
     parser = Parser(
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         policy_cmd,
         eval_cmd,
         optimize_cmd,
+        results_cmd,
         power_cmd,
         import_cmd,
     )

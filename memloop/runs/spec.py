@@ -197,3 +197,53 @@ def differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
 def spec_from_params(params: dict[str, str]) -> dict[str, str]:
     """The `spec.*` params of an MLflow run (compare's view of a RunSpec)."""
     return {k[len(PARAM_PREFIX) :]: v for k, v in params.items() if k.startswith(PARAM_PREFIX)}
+
+
+def eval_spec(
+    *,
+    environment: dict[str, Any],
+    user_ids: list[str],
+    policy: dict[str, Any],
+    prompts_sha256: str,
+    endpoints: dict[str, dict[str, Any]],
+    periods: int | None,
+    rounds: dict[str, int],
+    replay: str | None,
+    record_only: bool,
+    probes: dict[str, Any] | None,
+) -> RunSpec:
+    """`memloop eval`'s run: what changes its records (`probes` only when not the default)."""
+    return RunSpec(
+        kind="eval",
+        environment=environment,
+        users={"eval": user_ids},
+        policy=policy,
+        # the prompts it starts from: an edited default prompt is another run
+        prompts_sha256=prompts_sha256,
+        endpoints=endpoints,
+        evaluation={
+            "periods": periods,
+            "rounds": rounds,
+            "replay": replay,
+            "record_only": record_only,
+            **({"probes": probes} if probes else {}),
+        },
+    )
+
+
+def import_spec(metrics: dict[str, Any], experiment: str) -> RunSpec:
+    """An import's run: its source folders and what it holds (the same content, one run)."""
+    source = metrics["imported_from"]
+    return RunSpec(
+        kind="import",
+        experiment=experiment,
+        environment={"amemgym_run": source["run_dir"], "format": source["format"]},
+        users={"imported": sorted(metrics["per_user"])},
+        policy={"upper_bound_dir": source["upper_bound_dir"], "diagnosis": source["diagnosis"]},
+        endpoints={},
+        evaluation={
+            "periods": metrics["periods"],
+            "content_sha256": json_sha256(metrics),
+        },
+        scorer_version=metrics["scorer_version"],
+    )

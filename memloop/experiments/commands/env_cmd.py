@@ -9,7 +9,12 @@ import sys
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_table, printable
-from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
+from memloop.experiments.commands.options import (
+    add_cache_option,
+    add_endpoint_options,
+    add_progress_option,
+    endpoint_ref,
+)
 
 _PROCEDURAL_EPILOG = """\
 Each user gets QUESTIONS x STATES_PER_QUESTION distinct state variables drawn from the built-in
@@ -231,12 +236,8 @@ def _register_generate(env_sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write data.json with the users that passed even if others failed",
     )
-    generate.add_argument(
-        "--cache",
-        metavar="PATH",
-        help="response cache file (default: the user cache; 'none' to disable)",
-    )
-    generate.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_cache_option(generate, "response cache file (default: the user cache; 'none' to disable)")
+    add_progress_option(generate, "hide the progress bar")
     generate.set_defaults(func=cmd_generate)
 
 

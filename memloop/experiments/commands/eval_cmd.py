@@ -13,8 +13,11 @@ import textwrap
 from pathlib import Path
 
 from memloop.experiments.commands.options import (
+    add_cache_option,
     add_endpoint_options,
     add_format_option,
+    add_progress_option,
+    at_least_one,
     endpoint_ref,
 )
 
@@ -73,9 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="questions",
         help="read the variables the questions need, or every state variable (letters only)",
     )
-    p.add_argument(
-        "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
-    )
+    add_cache_option(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -98,15 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "reply_memory: false), no memory is written and nothing is probed or scored",
     )
     add_format_option(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_option(p)
     p.set_defaults(func=run_eval)
-
-
-def positive(name: str, value: int | None) -> None:
-    from memloop.core.errors import UserError
-
-    if value is not None and value < 1:
-        raise UserError(f"--{name} must be at least 1 (got {value})")
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -122,10 +116,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.policies import build_policy, policy_prompts, recorder_config
     from memloop.runs.folder import open_run_folder
     from memloop.runs.inputs import describe_data_file, load_policy, roles
-    from memloop.runs.spec import RunSpec
+    from memloop.runs.spec import eval_spec
 
-    for name in ("users", "periods", "rounds_init", "rounds_update", "parallel_users"):
-        positive(name.replace("_", "-"), getattr(args, name))
+    at_least_one(args, "users", "periods", "rounds_init", "rounds_update", "parallel_users")
     items = load_items(args.env)
     if args.users:
         if args.users > len(items):
@@ -158,21 +151,17 @@ def run_eval(args: argparse.Namespace) -> int:
         probes = ProbeSettings(state_read=args.state_read, state_probes=args.state_probes)
     except ValueError:
         raise UserError("--state-probes all needs --state-read letters") from None
-    spec = RunSpec(
-        kind="eval",
+    spec = eval_spec(
         environment=describe_data_file(args.env),
-        users={"eval": [it.id for it in items]},
+        user_ids=[it.id for it in items],
         policy=config.model_dump(mode="json"),
-        # the prompts it starts from: an edited default prompt is another run
         prompts_sha256=json_sha256(policy_prompts(config, clients.agent)),
         endpoints=clients.identity(),
-        evaluation={
-            "periods": periods,
-            "rounds": {"init": args.rounds_init, "update": args.rounds_update},
-            "replay": str(replay_from) if replay_from else None,
-            "record_only": bool(args.record_only),
-            **({"probes": probes.spec()} if probes.spec() else {}),
-        },
+        periods=periods,
+        rounds={"init": args.rounds_init, "update": args.rounds_update},
+        replay=str(replay_from) if replay_from else None,
+        record_only=bool(args.record_only),
+        probes=probes.spec(),
     )
     with open_run_folder(out, spec, "memloop eval", run_files=RUN_FILES, force=args.force):
         sim_config = SimulatorConfig(rounds_init=args.rounds_init, rounds_update=args.rounds_update)

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from memloop.experiments.commands.options import add_tracking_uri_option
+
 # metrics.json keys logged to MLflow: the run's totals at step 0, each period's at step = period
 # (prefixed `period_`), so the MLflow UI draws them per period
 LOGGED = (
@@ -57,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the published upper-bound run: <output_dir>/<llm model> with "
         "utilization_results.json (gives the answer options, random and the memory score)",
     )
-    p.add_argument(
-        "--tracking-uri", metavar="URI", help="MLflow store, e.g. sqlite:///mlruns/mlflow.db"
+    add_tracking_uri_option(
+        p, "MLflow store, e.g. sqlite:///mlruns/mlflow.db", default=None, metavar="URI"
     )
     p.add_argument("--experiment", metavar="NAME", help="MLflow experiment to log the import to")
     p.set_defaults(func=run_import)
@@ -140,39 +142,18 @@ def mlflow_metrics(metrics: dict[str, Any]) -> dict[int, dict[str, float | None]
     return steps
 
 
-def import_spec(metrics: dict[str, Any], experiment: str) -> Any:
-    """An import's RunSpec: its source folders and what it holds (the same content, one run)."""
-    from memloop.core.files import json_sha256
-    from memloop.runs.spec import RunSpec
-
-    source = metrics["imported_from"]
-    return RunSpec(
-        kind="import",
-        experiment=experiment,
-        environment={"amemgym_run": source["run_dir"], "format": source["format"]},
-        users={"imported": sorted(metrics["per_user"])},
-        policy={"upper_bound_dir": source["upper_bound_dir"], "diagnosis": source["diagnosis"]},
-        endpoints={},
-        evaluation={
-            "periods": metrics["periods"],
-            "content_sha256": json_sha256(metrics),
-        },
-        scorer_version=metrics["scorer_version"],
-    )
-
-
 def log_import(metrics: dict[str, Any], tracking_uri: str, experiment: str) -> str:
     """Log an import as one MLflow run (the same content again finds the same run); its id."""
     import json
 
-    from memloop.runs import tracker
+    from memloop.runs import spec, tracker
 
     mlc = tracker.client(tracking_uri)
     exp = tracker.experiment_id(mlc, experiment, tracking_uri)
     run_id, _ = tracker.log_run(
         mlc,
         exp,
-        import_spec(metrics, experiment),
+        spec.import_spec(metrics, experiment),
         f"amemgym-import:{Path(metrics['imported_from']['run_dir']).name}",
         tags={"memloop.source": "amemgym-import"},
     )

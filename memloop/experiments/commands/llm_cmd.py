@@ -8,7 +8,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
+from memloop.experiments.commands.options import (
+    add_cache_option,
+    add_endpoint_options,
+    endpoint_ref,
+)
 
 CHECK_SCHEMA = {
     "type": "object",
@@ -46,9 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         example="memloop llm check --model local-0.5b",
     )
     add_endpoint_options(check, "endpoint YAML (default: the embedded local model)")
-    check.add_argument(
-        "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
-    )
+    add_cache_option(check)
     check.set_defaults(func=run_check)
 
 

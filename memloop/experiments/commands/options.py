@@ -1,7 +1,8 @@
-"""Options several commands share, each defined once.
+"""Options several commands share, each defined once, and the one check of a count.
 
-`--format`, and the endpoint options: `--endpoint FILE`, or `--model NAME [--base-url URL]
-[--api-key-env VAR]` without a file.
+`--format`, `--cache`, `--no-progress`, `--cycles`, `--tracking-uri`, the endpoint options
+(`--endpoint FILE`, or `--model NAME [--base-url URL] [--api-key-env VAR]` without a file), and
+`at_least_one` for options that count something.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from typing import Any
 
 from memloop.core.errors import UserError
+from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.core.tables import FORMATS
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -24,6 +26,40 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
         help="how result tables are printed: aligned text (fits 100 columns), CSV (the tables "
         "only, other lines go to stderr) or Markdown",
     )
+
+
+def add_cache_option(
+    parser: argparse.ArgumentParser,
+    help: str = "response cache file (default: the user cache folder)",
+) -> None:
+    """`--cache PATH`: the response cache (read as `args.cache or "default"`)."""
+    parser.add_argument("--cache", metavar="PATH", help=help)
+
+
+def add_progress_option(parser: argparse.ArgumentParser, help: str = "no progress bars") -> None:
+    parser.add_argument("--no-progress", action="store_true", help=help)
+
+
+def add_cycles_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cycles", type=int, help="override the number of cycles")
+
+
+def add_tracking_uri_option(
+    parser: argparse.ArgumentParser,
+    help: str,
+    default: str | None = DEFAULT_TRACKING_URI,
+    metavar: str | None = None,
+) -> None:
+    """`--tracking-uri` (default: memloop's own store; None: the command decides)."""
+    parser.add_argument("--tracking-uri", metavar=metavar, default=default, help=help)
+
+
+def at_least_one(args: argparse.Namespace, *names: str) -> None:
+    """Refuse, in one line, an option among `names` (attribute names) given below 1."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
 
 
 def add_endpoint_options(parser: argparse.ArgumentParser, endpoint_help: str) -> None:

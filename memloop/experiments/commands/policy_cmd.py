@@ -10,7 +10,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from memloop.experiments.commands.options import add_endpoint_options, endpoint_ref
+from memloop.experiments.commands.options import (
+    add_cache_option,
+    add_endpoint_options,
+    endpoint_ref,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,9 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_endpoint_options(
         check, "endpoint YAML of the policy's model (default: the embedded local model)"
     )
-    check.add_argument(
-        "--cache", metavar="PATH", help="response cache file (default: the user cache folder)"
-    )
+    add_cache_option(check)
     check.set_defaults(func=run_check)
 
 

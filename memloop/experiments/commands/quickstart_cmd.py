@@ -15,8 +15,12 @@ from pathlib import Path
 from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.core.tables import format_number, format_table, metric_column, objective_first
 from memloop.experiments.commands.options import (
+    add_cycles_option,
     add_endpoint_options,
     add_format_option,
+    add_progress_option,
+    add_tracking_uri_option,
+    at_least_one,
     endpoint_ref,
 )
 
@@ -39,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_endpoint_options(
         q, "one endpoint for every role (default: the config's, the embedded models)"
     )
-    q.add_argument("--cycles", type=int, help="override the number of cycles")
-    q.add_argument("--tracking-uri", help=f"MLflow store (default: {DEFAULT_TRACKING_URI})")
+    add_cycles_option(q)
+    add_tracking_uri_option(q, f"MLflow store (default: {DEFAULT_TRACKING_URI})", default=None)
     q.add_argument(
         "--out",
         metavar="DIR",
@@ -48,12 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run folders and the plot",
     )
     add_format_option(q)
-    q.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_option(q)
     q.set_defaults(func=run_quickstart)
 
 
 def run_quickstart(args: argparse.Namespace) -> int:
-    from memloop.core.errors import UserError
     from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
     from memloop.results.compare import compare
@@ -62,9 +65,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     endpoint = endpoint_ref(args)
     config = load_config(args.config, EvolveConfig)
+    at_least_one(args, "cycles")
     if args.cycles is not None:
-        if args.cycles < 1:
-            raise UserError(f"--cycles must be at least 1 (got {args.cycles})")
         config.cycles = args.cycles
     if args.endpoint:
         for role in ("agent", "user_sim", "checker", "optimizer"):

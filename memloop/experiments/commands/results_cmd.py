@@ -1,0 +1,202 @@
+"""`memloop compare`, `memloop export` and `memloop ui`: reading runs back."""
+
+from __future__ import annotations
+
+import argparse
+
+from memloop.experiments.commands.options import (
+    add_format_option,
+    add_tracking_uri_option,
+    at_least_one,
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    register_compare(sub)
+    register_export(sub)
+    register_ui(sub)
+
+
+def register_compare(sub: argparse._SubParsersAction) -> None:
+    cmp = sub.add_parser(
+        "compare",
+        help="compare the runs of an MLflow experiment",
+        description="Each run's prompt selected on validation users, its numbers on the test "
+        "users, and each condition paired with the baseline on the same users; then the prompt "
+        "diff of one run.",
+        example="memloop compare --experiment feedback-modes --format md",
+    )
+    cmp.add_argument("--experiment", required=True, help="MLflow experiment name")
+    cmp.add_argument(
+        "--run", help="run name or id whose first/best prompt diff to show (default: the best run)"
+    )
+    cmp.add_argument(
+        "--to",
+        choices=["best", "last"],
+        default="best",
+        help="diff the first cycle's prompt against the one selected on validation users "
+        "(best) or the last cycle's",
+    )
+    cmp.add_argument(
+        "--baseline",
+        default="none",
+        help="the condition every other run is paired with on the same users: a run name or id, "
+        "an evolver, or 'feedback/evolver' (default: the run without evolution)",
+    )
+    add_tracking_uri_option(
+        cmp,
+        "the MLflow store evolve logged to; it is only read: a store that does not exist is "
+        "refused, never created",
+    )
+    cmp.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also plot memory score, state accuracy and factual recall per cycle, one line per "
+        "run",
+    )
+    add_format_option(cmp)
+    cmp.set_defaults(func=run_compare_cmd)
+
+
+def register_export(sub: argparse._SubParsersAction) -> None:
+    ex = sub.add_parser(
+        "export",
+        help="write an evolve run's prompts as text, a mem0 config or a DSPy program",
+        description="Writes the prompts of the cycle selected on validation users (or --cycle) "
+        "with where they came from (run, cycle, validation and test score, commit).",
+        example="memloop export awi-2-4-complete-reflective --out prompts.txt",
+    )
+    ex.add_argument(
+        "run", metavar="RUN", help="a run folder of `memloop evolve`, or an MLflow run name or id"
+    )
+    ex.add_argument(
+        "--format",
+        choices=["text", "mem0", "dspy"],
+        default="text",
+        help="text: the prompts; mem0: a MemoryConfig with custom_fact_extraction_prompt and "
+        "custom_update_memory_prompt (AWE runs); dspy: the policy's program, for "
+        "program.load(FILE)",
+    )
+    ex.add_argument("--cycle", type=int, help="this cycle instead of the one selected")
+    ex.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the file to write; an existing one is replaced only when it is an earlier export "
+        "left unchanged (memloop never replaces a file it did not write: it refuses, and writes "
+        "nothing)",
+    )
+    add_tracking_uri_option(ex, "where to look for RUN when it is no folder; only read")
+    ex.set_defaults(func=run_export_cmd)
+
+
+def register_ui(sub: argparse._SubParsersAction) -> None:
+    ui = sub.add_parser(
+        "ui",
+        help="open the MLflow UI on 127.0.0.1 (works offline)",
+        description="Serve MLflow's web UI for a local store on 127.0.0.1 (Ctrl-C stops it).",
+        example="memloop ui --experiment feedback-modes",
+    )
+    add_tracking_uri_option(ui, "the MLflow store")
+    ui.add_argument("--port", type=int, default=5000, help="the port to listen on")
+    ui.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes (MLflow's own default of 4 takes longer to start and several GB)",
+    )
+    ui.add_argument("--experiment", help="print the address of this experiment's runs table")
+    ui.set_defaults(func=run_ui_cmd)
+
+
+def run_compare_cmd(args: argparse.Namespace) -> int:
+    import sys
+
+    from memloop.results.compare import compare, format_rows
+
+    result = compare(args.tracking_uri, args.experiment, args.run, args.to, args.baseline)
+    info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
+    if args.format == "table":
+        print(result["table"])
+    else:
+        print(format_rows(result["rows"], args.format))
+    print(file=info)
+    print(f"```diff\n{result['diff']}\n```" if args.format == "md" else result["diff"], file=info)
+    if args.plot:
+        from pathlib import Path
+
+        from memloop.results.compare import run_histories
+        from memloop.results.plots import plot_cycles
+
+        written = plot_cycles(run_histories(result["rows"]), Path(args.plot), title=args.experiment)
+        print(f"\nplot: {', '.join(str(p) for p in written)}", file=info)
+    return 0
+
+
+def run_export_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memloop.results.export import load_exported, write_export
+
+    exported = load_exported(args.run, args.tracking_uri, args.cycle)
+    written = write_export(exported, args.format, Path(args.out))
+    print(
+        f"cycle {exported.cycle} of {exported.run} ({exported.rule}) -> "
+        + ", ".join(str(p) for p in written)
+    )
+    return 0
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Refuse, in one line, a port out of range or one another program already listens on."""
+    import socket
+
+    from memloop.core.errors import UserError
+
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port}: must be 1-65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(
+                f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
+                "choose another --port"
+            ) from None
+
+
+def run_ui_cmd(args: argparse.Namespace) -> int:
+    import os
+
+    from memloop.core.settings import apply_offline_defaults
+    from memloop.runs.tracker import check_store
+
+    if args.tracking_uri.startswith(("http://", "https://")):
+        # a tracking server serves its own UI: nothing to start
+        print(f"{args.tracking_uri} is an MLflow tracking server: its UI is at that address")
+        return 0
+    from memloop.core.errors import UserError
+
+    at_least_one(args, "workers")
+    check_port_free(args.port)
+    page = ""
+    if args.experiment:
+        from memloop.runs import tracker
+
+        # the client checks the store as check_store does
+        mlc = tracker.client(args.tracking_uri, create=False)
+        exp = tracker.find_experiment(mlc, args.experiment)
+        if exp is None:
+            raise UserError(f"--experiment {args.experiment}: no such experiment in the store")
+        page = f"/#/experiments/{exp.experiment_id}/runs"
+    else:
+        check_store(args.tracking_uri)
+    apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
+    from memloop.runs.tracker import ui_command
+
+    cmd, env = ui_command(args.tracking_uri, args.port, args.workers)
+    os.environ.update(env)
+    print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
+    os.execvp(cmd[0], cmd)
+    return 0
