@@ -24,6 +24,7 @@ from memloop.testing import (
     is_evolver_request,
     scripted_builder,
 )
+from memloop.testing.commands import write_small_evolve
 
 
 @pytest.fixture(autouse=True)
@@ -391,28 +392,7 @@ def test_a_programming_error_keeps_its_traceback(store):
 
 
 def write_evolve_config(tmp_path: Path) -> Path:
-    import yaml
-
-    policy = tmp_path / "awi.yaml"
-    policy.write_text("type: awi\n")
-    data = {
-        "experiment": "unit",
-        "environment": {
-            "procedural": {"users": 4, "periods": 2, "questions": 2, "seed": 1},
-            "train_users": 2,
-            "val_users": 1,
-            "test_users": 1,
-        },
-        "policy": str(policy),
-        "feedback_modes": ["complete"],
-        "evolvers": ["reflective"],
-        "cycles": 2,
-        "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-        "out_dir": str(tmp_path / "runs"),
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_small_evolve(tmp_path, "unit", (2, 1, 1), cycles=2)
 
 
 @pytest.mark.parametrize("fault", ["locked", "deleted"])

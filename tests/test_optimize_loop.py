@@ -20,6 +20,7 @@ from memloop.testing import (
     is_evolver_request,
     scripted_builder,
 )
+from memloop.testing.commands import write_small_evolve
 
 builder = scripted_builder(garble_every=3)
 
@@ -28,29 +29,8 @@ fake_reply = evolve_loop_reply
 
 
 def write_config(tmp_path: Path, **over) -> Path:
-    import yaml
-
-    policy = tmp_path / "awi.yaml"
-    policy.write_text("type: awi\n")
-    data = {
-        "experiment": "unit",
-        "environment": {
-            "procedural": {"users": 4, "periods": 2, "questions": 2, "seed": 1},
-            "train_users": 2,
-            "val_users": 1,
-            "test_users": 1,
-        },
-        "policy": str(policy),
-        "feedback_modes": ["complete"],
-        "evolvers": ["reflective"],
-        "cycles": 2,
-        "tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-        "out_dir": str(tmp_path / "runs"),
-    }
-    data.update(over)
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    """4 users (2 train, 1 val, 1 test), 2 periods x 2 questions, reflective, 2 cycles."""
+    return write_small_evolve(tmp_path, "unit", (2, 1, 1), **{"cycles": 2, **over})
 
 
 # a baseline and an evolved condition, two users in each split

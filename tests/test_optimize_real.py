@@ -1,8 +1,9 @@
 """The optimize layer on the real path: the embedded model (0.5B), real MLflow and Optuna stores.
 
 A tiny procedural environment: two GEPA cycles and a tune that grows on rerun, with replies capped
-at a few tokens; the reflective evolver through check_evolver. The playbook evolver's cycles,
-MLflow contents, compare and `memloop eval` are covered by test_quickstart_real.py.
+at a few tokens. The reflective evolver through check_evolver on the embedded model is in
+test_evolver_check.py (it was checked twice, here too, until issue 43); the edits evolver's
+cycles, MLflow contents, compare and `memloop eval` are covered by test_quickstart_real.py.
 """
 
 from __future__ import annotations
@@ -158,19 +159,3 @@ def parent_metrics(mlc, exp) -> dict:
         r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags.get("memloop.kind") == "tune"
     ]
     return parent.data.metrics
-
-
-def test_reflective_evolver_passes_check_evolver(local_client):
-    # the quickstart runs the playbook evolver: the reflective one is checked here on the real
-    # model (each prompt's rewrite, rejected copies and the rules asked for instead; a second
-    # evolver from the same factory proposes the same prompts, from the cache)
-    from memloop.optimize.evolver_check import DEFAULT_PROMPTS, check_evolver
-    from memloop.optimize.evolvers import ReflectiveEvolver
-
-    # one prompt, rewrites capped at 128 tokens (a cut rewrite is rejected like a copy): the
-    # contract on the real path at the least cost
-    report = check_evolver(
-        lambda: ReflectiveEvolver(local_client.fork(), max_tokens=128),
-        prompts={"writer": DEFAULT_PROMPTS["writer"]},
-    )
-    assert report.ok, report.problems

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.records import QuestionRecord
@@ -21,35 +20,17 @@ from memloop.feedback.summary import FeedbackSummary, budgeted_summary
 from memloop.optimize.config import EvolveConfig, load_config
 from memloop.optimize.contract import NoSettings
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
+from memloop.testing.commands import write_small_evolve
 
 builder = scripted_builder(garble_every=3)
 
 
 def write_config(root: Path, **over) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    policy = root / "awi.yaml"
-    policy.write_text("type: awi\n")
-    data = {
-        "experiment": "splits",
-        "environment": {
-            "procedural": {"users": 5, "periods": 2, "questions": 2, "seed": 1},
-            "train_users": 2,
-            "val_users": 1,
-            "test_users": 2,
-        },
-        "policy": str(policy),
-        "feedback_modes": ["complete"],
-        "cycles": 3,
-        "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
-        "out_dir": str(root / "runs"),
-        "gepa": {"minibatch_size": 1, "max_metric_calls": 6},
-    }
-    data.update(over)
-    if data.get("search") != "gepa":
-        data.pop("gepa")  # settings of an optimizer the experiment does not use are refused
-    path = root / "exp.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    """5 users (2 train, 1 val, 2 test), 3 cycles; GEPA's settings only for the gepa search (the
+    settings of an optimizer the experiment does not use are refused)."""
+    if over.get("search") == "gepa":
+        over = {"evolvers": None, "gepa": {"minibatch_size": 1, "max_metric_calls": 6}, **over}
+    return write_small_evolve(root, "splits", (2, 1, 2), **{"cycles": 3, **over})
 
 
 def run(root: Path, fake: FakeOpenAIServer, cache: Path | None = None, **over):

@@ -116,8 +116,6 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
         assert len(run.data.params["spec.environment.procedural.catalogue_sha256"]) == 64
     # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
     # prompt, the feedback modes logged the summary the evolver read
-    from memloop.results.compare import _download_text
-
     for mode, run in runs.items():
         rid = run.info.run_id
         assert {a.path for a in mlc.list_artifacts(rid, "evolve")} == {"evolve/cycle_00.json"}
@@ -126,15 +124,15 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
             f"figures/{stem}{ext}" for stem in ("cycles", "quickstart") for ext in (".png", ".svg")
         }
         first, second = (
-            json.loads(_download_text(mlc, rid, f"prompts/cycle_0{k}.json")) for k in (0, 1)
+            json.loads(tracker.artifact_text(mlc, rid, f"prompts/cycle_0{k}.json")) for k in (0, 1)
         )
         assert set(first) == set(second) == {"writer"}
-        evolve = json.loads(_download_text(mlc, rid, "evolve/cycle_00.json"))
+        evolve = json.loads(tracker.artifact_text(mlc, rid, "evolve/cycle_00.json"))
         assert second == evolve["prompts"]  # cycle 1 ran the evolver's proposal
         if mode == "none":
             assert first == second
         else:
-            summary = json.loads(_download_text(mlc, rid, "summary/cycle_00.json"))
+            summary = json.loads(tracker.artifact_text(mlc, rid, "summary/cycle_00.json"))
             assert summary["users"], mode
 
 

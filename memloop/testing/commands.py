@@ -30,16 +30,35 @@ def small_evolve(
     questions: int = 2,
     **settings: Any,
 ) -> Any:
-    """An evolve config of an AWI policy on a small procedural environment, written under `root`.
+    """The EvolveConfig of `write_small_evolve`'s file (the same arguments)."""
+    from memloop.optimize.config import EvolveConfig, load_config
 
-    `users`: (train, val, test), each user `periods` x `questions`; MLflow on sqlite and the run
-    folders under `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers), and
-    a setting of None drops the key (e.g. `evolvers=None` for a search that evolves by itself).
+    path = write_small_evolve(
+        root, experiment, users, periods=periods, questions=questions, **settings
+    )
+    return load_config(path, EvolveConfig)
+
+
+def write_small_evolve(
+    root: Path,
+    experiment: str,
+    users: tuple[int, int, int],
+    *,
+    periods: int = 2,
+    questions: int = 2,
+    **settings: Any,
+) -> Path:
+    """An evolve YAML of an AWI policy on a small procedural environment, written under `root`.
+
+    `users`: (train, val, test), each user `periods` x `questions` (procedural seed 1);
+    feedback mode complete, the reflective evolver; MLflow on sqlite and the run folders under
+    `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers, cycles), and a
+    setting of None drops the key (e.g. `evolvers=None` for a search that evolves by itself).
+    Returns root/exp.yaml.
     """
     import yaml
 
-    from memloop.optimize.config import EvolveConfig, load_config
-
+    root.mkdir(parents=True, exist_ok=True)
     (root / "awi.yaml").write_text("type: awi\n")
     train, val, test = users
     data = {
@@ -64,7 +83,7 @@ def small_evolve(
     }
     data = {k: v for k, v in data.items() if v is not None}
     (root / "exp.yaml").write_text(yaml.safe_dump(data))
-    return load_config(root / "exp.yaml", EvolveConfig)
+    return root / "exp.yaml"
 
 
 def eval_argv(
