@@ -12,7 +12,7 @@ Design:
   periods (the initial one and one update), 2 questions x 2 required variables;
 - one-round scripted sessions: the assistant's reply sees only the user's opening message
   (`reply_memory: false`), so the conversation does not depend on the write prompt: it is
-  recorded once and every prompt is scored by replaying it (tests/test_replay_real.py);
+  recorded once and every prompt is scored by replaying it (tests/optimize/test_replay_real.py);
 - AWI with no raw buffer (update_freq 2, short_term_len 0): the state reads see written memory
   only, so they measure the writer;
 - the measure: the letter read of every state variable (`probes: {state_read: letters,

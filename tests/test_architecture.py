@@ -293,22 +293,6 @@ class Mine:
 
     respond = answer = memory_view = lambda self, *a, **k: None
 """
-SEARCH_CLASS = """
-from memloop.optimize.contract import NoSettings
-
-
-class Mine:
-    name = "mine"
-    Settings = NoSettings
-    needs_val = False
-    evolves_itself = False
-
-    def __init__(self, settings=None):
-        self.settings = settings or NoSettings()
-
-    def cycles(self, ctx):
-        yield from ()
-"""
 
 
 def test_every_registry_follows_one_precedence_rule(tmp_path, monkeypatch):
@@ -317,10 +301,11 @@ def test_every_registry_follows_one_precedence_rule(tmp_path, monkeypatch):
     from memloop.core.plugins import Registry
     from memloop.optimize import registry as optimizers
     from memloop.policies import registry as policies
+    from memloop.testing.evolvers import EMPTY_SEARCH_MODULE
 
     assert isinstance(policies.REGISTRY, Registry) and isinstance(optimizers.REGISTRY, Registry)
     site = tmp_path / "site"
-    for package, text in (("mypolicy", POLICY_CLASS), ("mysearch", SEARCH_CLASS)):
+    for package, text in (("mypolicy", POLICY_CLASS), ("mysearch", EMPTY_SEARCH_MODULE)):
         (site / package).mkdir(parents=True)
         (site / package / "__init__.py").write_text(text)
     dist = site / "mine-0.1.dist-info"
@@ -382,3 +367,19 @@ def test_shared_command_options_are_defined_once():
     }
     assert {name: hits for name, hits in found.items() if hits} == {}
     assert all(s in (commands / "options.py").read_text(encoding="utf-8") for s in shared)
+
+
+def test_the_tests_mirror_the_packages():
+    """A test file lives in tests/<layer>/ for the layer it tests, or at the top when it checks
+    the whole house (this file, the docs); basenames stay unique (pytest imports them by name)."""
+    tests = Path(__file__).resolve().parent
+    files = sorted(tests.rglob("test_*.py"))
+    folders = {p.parent.name for p in files if p.parent != tests}
+    assert folders <= set(ALLOWED) - {"(root)", "testing"}
+    assert len(folders) >= 8
+    assert sorted(p.name for p in files if p.parent == tests) == [
+        "test_architecture.py",
+        "test_docs_data.py",
+    ]
+    names = [p.name for p in files]
+    assert len(names) == len(set(names))

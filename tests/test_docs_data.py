@@ -17,8 +17,9 @@ from pydantic import TypeAdapter
 from memloop.environment.data import UserItem
 from memloop.environment.datafile import load_items, parse_data
 from memloop.environment.errors import EnvFileError
+from memloop.testing.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 DOCS = ROOT / "docs"
 SAMPLE = DOCS / "sample-data.json"
 SCHEMA = DOCS / "data.schema.json"

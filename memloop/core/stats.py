@@ -17,7 +17,7 @@ two conditions share, the difference condition - baseline (`paired_differences`)
 
 Why not the bootstrap this module used before: most users' difference is exactly 0 when a prompt
 changes little, and a studentized bootstrap then drops its zero-spread resamples. Measured under
-no true effect (tests/test_core_stats.py), "the interval excludes 0" happened 8.6% of the time
+no true effect (tests/core/test_core_stats.py), "the interval excludes 0" happened 8.6% of the time
 at 16 users with 20% of them changed and 17.6% at 32 users with 10% changed, against the nominal
 5%; the t interval stays below 5% there, and so does the sign-flip test.
 

@@ -89,24 +89,11 @@ def run_evaluation(
     """
     out_dir = Path(out_dir)
     s = settings or EvaluationSettings()
-    prober = Prober(clients.agent, clients.checker, s.probes or ProbeSettings())
-    episodes = run_episodes(
-        items,
-        policy_factory,
-        clients.agent,
-        out_dir / "episodes",
-        sim_client=clients.user_sim,
-        sim_config=s.sim_config,
-        probe=prober,
-        periods=s.periods,
-        max_users_in_parallel=s.max_users_in_parallel,
-        replay_from=replay_from,
-        progress=s.progress,
-        label=label,
-        groups={item.id: group for item in items} if group else None,
+    groups = {item.id: group for item in items} if group else None
+    episodes, calibration, sent = _run(
+        items, policy_factory, out_dir, clients, s, label, groups, replay_from
     )
     period_records = [r for e in episodes for r in e.records]
-    calibration, sent = calibrate(items, prober.checker_client)
     metrics = write_outputs(out_dir, period_records, extra, calibration, plot=s.plot)
     return EvaluationResult(metrics, episodes, sent)
 
@@ -131,24 +118,12 @@ def run_evaluation_groups(
     if len({item.id for item in everyone}) != len(everyone):
         raise ValueError("a user appears in more than one group (or twice in one)")
     s = settings or EvaluationSettings()
-    prober = Prober(clients.agent, clients.checker, s.probes or ProbeSettings())
-    episodes = run_episodes(
-        everyone,
-        policy_factory,
-        clients.agent,
-        out_dir / "episodes",
-        sim_client=clients.user_sim,
-        sim_config=s.sim_config,
-        probe=prober,
-        periods=s.periods,
-        max_users_in_parallel=s.max_users_in_parallel,
-        progress=s.progress,
-        label=label,
-        groups={item.id: name for name, items in groups.items() for item in items},
+    by_group = {item.id: name for name, items in groups.items() for item in items}
+    # one calibration for every group (on all their users), its requests counted in the first
+    episodes, calibration, sent = _run(
+        everyone, policy_factory, out_dir, clients, s, label, by_group
     )
     by_user = {e.user_id: e for e in episodes}
-    # one calibration for every group (on all their users), its requests counted in the first
-    calibration, sent = calibrate(everyone, prober.checker_client)
     results: dict[str, EvaluationResult] = {}
     for name, items in groups.items():
         if items:
@@ -157,3 +132,37 @@ def run_evaluation_groups(
             metrics = write_outputs(out_dir / name, records, calibration=calibration, plot=s.plot)
             results[name] = EvaluationResult(metrics, mine, 0 if results else sent)
     return results
+
+
+def _run(
+    items: list[UserItem],
+    policy_factory: PolicyFactory,
+    out_dir: Path,
+    clients: RoleClients,
+    s: EvaluationSettings,
+    label: str | None,
+    groups: dict[str, str] | None,
+    replay_from: Path | None = None,
+) -> tuple[list[EpisodeResult], dict[str, Any] | None, int]:
+    """Run `items`' episodes under out_dir/episodes and calibrate the checker on all of them.
+
+    Returns (episodes, the calibration, the requests the calibration sent).
+    """
+    prober = Prober(clients.agent, clients.checker, s.probes or ProbeSettings())
+    episodes = run_episodes(
+        items,
+        policy_factory,
+        clients.agent,
+        out_dir / "episodes",
+        sim_client=clients.user_sim,
+        sim_config=s.sim_config,
+        probe=prober,
+        periods=s.periods,
+        max_users_in_parallel=s.max_users_in_parallel,
+        replay_from=replay_from,
+        progress=s.progress,
+        label=label,
+        groups=groups,
+    )
+    calibration, sent = calibrate(items, prober.checker_client)
+    return episodes, calibration, sent

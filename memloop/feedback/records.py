@@ -52,7 +52,7 @@ class QuestionRecord(BaseModel):
         """The record's fields; `state_probs` only when set (the letter read).
 
         So the records of the JSON read stay the ones older runs wrote
-        (tests/test_same_records.py).
+        (tests/feedback/test_same_records.py).
         """
         data = super().model_dump(**kwargs)
         if not self.state_probs:

@@ -12,7 +12,7 @@ Definitions (docs/experiments.md "What the numbers mean"; SCORER_VERSION 3):
   `memory_score_cell_mean` keeps the earlier mean of per-(user, period) ratios, which is biased at
   2-3 questions per cell: simulated at a true 0.43 (12 users x 4 periods x 3 questions), the cell
   mean averages 0.78, the mean of per-period ratios 0.49, the ratio over all questions 0.45
-  (tests/test_feedback_scoring.py);
+  (tests/feedback/test_feedback_scoring.py);
 - state accuracy = share of (question, required variable) state-query answers equal to the truth
   (with the letter read: of the (period, variable) reads); state_prob = the mean probability the
   letter read gave the true value (probes.py `option_probabilities`); none for the JSON read;

@@ -19,7 +19,7 @@ session revealed which variable, and the written memory at probe time):
 their first 5 letters) that do not name the variable's kind (a topic label such as "fitness
 goals" holds no fact): at least half of an entry's value words, and two of them (one for a
 one-word value), come from the text. The tests
-(tests/test_feedback_write_failures.py) compute each name on hand-made records.
+(tests/feedback/test_feedback_write_failures.py) compute each name on hand-made records.
 
 `failure_block` groups the pairs by variable kind and by failure with counts: the block the
 feedback summary shows (feedback/summary.py) in every mode that shows answers.

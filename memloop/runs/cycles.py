@@ -8,7 +8,7 @@ A cycle evaluates one set of prompts on up to three user splits:
 
 `select_cycle` is the only place a run picks a cycle (the registry alias `best`, compare's
 headline): it reads validation metrics and nothing else, so a test user's result cannot change a
-selection (tests/test_optimize_splits.py poisons the test users to show it). It keeps the seed
+selection (tests/optimize/test_optimize_splits.py poisons the test users to show it). It keeps the seed
 (cycle 0) unless the gate (core/stats.py) says the best validation cycle `improved` on it.
 """
 

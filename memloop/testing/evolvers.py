@@ -137,3 +137,23 @@ def scripted_screen(values: list[dict[str, float]]) -> tuple[Any, list[str]]:
         )
 
     return screen, seen
+
+
+# the source of a module holding an empty search class `Mine` (name "mine"): a plug-in that tests
+# write to a file, or to a package with an entry point, to resolve by every name form
+EMPTY_SEARCH_MODULE = """
+from memloop.optimize.contract import NoSettings
+
+
+class Mine:
+    name = "mine"
+    Settings = NoSettings
+    needs_val = False
+    evolves_itself = False
+
+    def __init__(self, settings=None):
+        self.settings = settings or NoSettings()
+
+    def cycles(self, ctx):
+        yield from ()
+"""

@@ -3,7 +3,7 @@
 Tests of compare's pairing, export or plots need a run whose selected cycle is an evolved one;
 scripted fakes rarely make one better on every validation user. Inside `gate_passes()` the
 gate (core/stats.py) computes its numbers as always but every decision says `improved`. The
-gate itself is tested on its own (tests/test_core_gate.py); never use this to test a verdict.
+gate itself is tested on its own (tests/core/test_core_gate.py); never use this to test a verdict.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ what the steps before it did:
 6. The search saves the step (`CycleStore.save_step`) and adds its tokens, cost and leak count
    to the cycle's record (`CycleRecord.add_step`); the next cycle evaluates `step.prompts`.
 
-`optimize/evolver_check.py` (`memloop evolver check`) runs an evolver through these steps on a
+`optimize/evolver_check.py` (`check_evolver`) runs an evolver through these steps on a
 scripted summary. The built-in evolvers: `none` (none.py), `reflective` (reflective.py),
 `playbook` (playbook.py), `edits` (edits.py, with worked examples from examples.py).
 """

@@ -14,9 +14,9 @@ Where they come from, and why not from the environment's own users:
   an example drawn from a "demo user" of that catalogue would show a value that run users hold,
   and the 1.5B writer copies what its prompt shows into every user's memory. No kind here is a
   kind any environment asks about, and no text here names a value of the procedural catalogue in
-  any spelling the leak matcher knows (tests/test_optimize_examples.py checks every value of
-  every variable), so every run user's value stays out whatever the run's users are. A proposal
-  carrying examples also passes the run's own leak check like any other.
+  any spelling the leak matcher knows (tests/optimize/test_optimize_examples.py checks every
+  value of every variable), so every run user's value stays out whatever the run's users are. A
+  proposal carrying examples also passes the run's own leak check like any other.
 - **Their edits are exact**: each example is built from a known state (the memory before, what
   the user says, what changed), so its edits are right by construction, not a model's guess.
 - They show the failures the feedback names (feedback/write_failures.py): the user's words

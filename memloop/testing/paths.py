@@ -1,0 +1,16 @@
+"""Where the tests find the checkout they test: the repository, its test data, shipped files.
+
+For tests run from a checkout (an editable install): `REPO` is the folder holding memloop/,
+tests/, docs/, benchmarks/ and examples/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import memloop
+
+PACKAGE = Path(memloop.__file__).resolve().parent
+REPO = PACKAGE.parent
+TEST_DATA = REPO / "tests" / "data"
+SHIPPED = PACKAGE / "experiments"  # endpoints, policies, environments, experiment files

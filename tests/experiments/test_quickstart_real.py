@@ -1,0 +1,218 @@
+"""`memloop quickstart` in a reduced size on the embedded 0.5B model with real MLflow: no
+evolution against the edits evolver from the weak seed, two cycles, a training, a validation and
+a test user; the MLflow contents, the printed paired comparison, what the loop did, the plot, and
+a rerun that is served without a single new model response."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from memloop.experiments.cli import main
+from memloop.testing.paths import REPO
+
+pytestmark = pytest.mark.real_model
+
+ROOT = REPO
+MODES = ("none", "complete")
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory, local_client):
+    root = tmp_path_factory.mktemp("quickstart")
+    endpoint = root / "endpoint.yaml"
+    # same model and slots as the session's local_client: one shared embedded server
+    endpoint.write_text(
+        "model: local-0.5b\nbase_url: local\nmax_concurrency: 2\ntimeout_s: 300\nmax_tokens: 384\n"
+    )
+    full = yaml.safe_load((ROOT / "memloop/experiments/quickstart.yaml").read_text())
+    config = {
+        **full,
+        "experiment": "quickstart-test",
+        "environment": {
+            # one test user (the shipped file has four): the suite's time budget
+            "procedural": {"users": 3, "periods": 1, "questions": 1, "seed": 5},
+            "train_users": 1,
+            "val_users": 1,
+            "test_users": 1,
+        },
+        "cycles": 2,
+        # the copy lives elsewhere: name the shipped policy file absolutely
+        "policy": str(ROOT / "memloop/experiments/policies/awi-quickstart.yaml"),
+    }
+    config.pop("endpoints")  # --endpoint below gives every role the session's 0.5B server
+    path = root / "quickstart.yaml"
+    path.write_text(yaml.safe_dump(config))
+    uri = f"sqlite:///{root}/mlruns/mlflow.db"
+    args = [
+        "quickstart",
+        "--config",
+        str(path),
+        "--endpoint",
+        str(endpoint),
+        "--out",
+        str(root / "out"),
+        "--tracking-uri",
+        uri,
+        "--no-progress",
+    ]
+    return root, uri, args
+
+
+@pytest.fixture(scope="module")
+def first_run(quickstart) -> str:
+    """The first run's printed output."""
+    import contextlib
+    import io
+
+    _, _, args = quickstart
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    return out.getvalue()
+
+
+def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
+    from memloop.runs import tracker
+
+    _, uri, _ = quickstart
+    mlc = tracker.client(uri)
+    exp = mlc.get_experiment_by_name("quickstart-test")
+    runs = {r.data.tags["memloop.feedback_mode"]: r for r in mlc.search_runs([exp.experiment_id])}
+    assert set(runs) == set(MODES)
+    for mode, run in runs.items():
+        rid = run.info.run_id
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["memloop.objective"] == "state_accuracy"
+        # the cycle with the best validation state accuracy (the earliest on a tie) is the
+        # candidate; one validation user is too few for the gate, so the seed stands
+        val = [m.value for m in mlc.get_metric_history(rid, "val/state_accuracy")]
+        chosen = max(range(len(val)), key=lambda k: (val[k], -k))
+        expected = (
+            "cycle 0: the seed (no cycle beat it on val_state_accuracy)"
+            if chosen == 0
+            else f"cycle 0: kept the seed: the gate says too few users for cycle {chosen} on "
+            "val_state_accuracy"
+        )
+        assert run.data.tags["memloop.selection"] == expected
+        assert run.data.tags["memloop.verdict"] == (
+            "too few users" if chosen else ("no candidate (the seed is best on validation)")
+        )
+        for split in ("train", "val", "test"):
+            for key in ("state_accuracy", "overall"):
+                steps = [m.step for m in mlc.get_metric_history(rid, f"{split}/{key}")]
+                assert steps == [0, 1], (split, key)
+        assert run.data.params["spec.scorer_version"] == "3"
+        assert len(json.loads(run.data.params["spec.users.test"])) == 1
+        artifacts = {a.path for a in mlc.list_artifacts(rid, "prompts")}
+        assert artifacts == {"prompts/cycle_00.json", "prompts/cycle_01.json"}
+        name = run.data.tags["memloop.prompt_name"]
+        assert len(mlc.search_prompt_versions(name)) == 2
+        assert run.data.params["spec.mode"] == run.data.tags["memloop.feedback_mode"] == mode
+        assert run.data.params["spec.environment.procedural.seed"] == "5"
+        assert len(run.data.params["spec.environment.procedural.catalogue_sha256"]) == 64
+    # an evolution step after cycle 0 only (none after the last cycle); the none run kept its
+    # prompt, the feedback modes logged the summary the evolver read
+    for mode, run in runs.items():
+        rid = run.info.run_id
+        assert {a.path for a in mlc.list_artifacts(rid, "evolve")} == {"evolve/cycle_00.json"}
+        # the run's own figure (evolve) and the quickstart's comparison figure
+        assert {a.path for a in mlc.list_artifacts(rid, "figures")} == {
+            f"figures/{stem}{ext}" for stem in ("cycles", "quickstart") for ext in (".png", ".svg")
+        }
+        first, second = (
+            json.loads(tracker.artifact_text(mlc, rid, f"prompts/cycle_0{k}.json")) for k in (0, 1)
+        )
+        assert set(first) == set(second) == {"writer"}
+        evolve = json.loads(tracker.artifact_text(mlc, rid, "evolve/cycle_00.json"))
+        assert second == evolve["prompts"]  # cycle 1 ran the evolver's proposal
+        if mode == "none":
+            assert first == second
+        else:
+            summary = json.loads(tracker.artifact_text(mlc, rid, "summary/cycle_00.json"))
+            assert summary["users"], mode
+
+
+def test_table_and_plot(quickstart, first_run):
+    root, _, _ = quickstart
+    out = first_run
+    for mode in MODES:
+        assert re.search(rf"\b{mode}\b", out), out
+    assert "model responses this run:" in out
+    assert "paired with the baseline none/none on the same users" in out
+    # one row per metric (n = the test user), or one `same prompt` row when the selected prompt
+    # is still the initial one, which the baseline runs too
+    assert re.search(r"complete/edits\s+(\w+\s+1\s|all\s+-\s+same prompt)", out), out
+    # what the loop did: the weak seed, then the step's chosen edit with the named failures it
+    # addressed, or why nothing was taken with the refused edits; never a bare "unchanged"
+    assert "what the loop did (complete/edits):" in out, out
+    seed = yaml.safe_load((ROOT / "memloop/experiments/policies/awi-quickstart.yaml").read_text())[
+        "prompts"
+    ]["writer"]
+    assert f"seed writer prompt: {seed}" in out
+    chose = re.search(r"cycle 0: writer: chose (add|remove) \S+ \(addresses [^)]+\)", out)
+    kept = "cycle 0: writer unchanged: " in out and re.search(r"cycle 0: writer: refused ", out)
+    assert chose or kept, out
+    assert re.search(r"selection: cycle \d+ stands for the run \(", out), out
+    assert re.search(r"mean diff\s+95% CI\s+p \(sign-flip\)\s+up/tied/down", out), out
+    assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
+    plot = root / "out" / "quickstart.png"
+    from matplotlib.image import imread
+
+    from memloop.results.plots import PANEL_WIDTH, PNG_DPI
+
+    pixels = imread(plot)
+    height, width = pixels.shape[:2]  # a panel per defined metric, the legend below
+    assert width % round(PANEL_WIDTH * PNG_DPI) == 0 and width > height
+    assert plot.with_suffix(".pdf").stat().st_size and plot.with_suffix(".svg").stat().st_size
+    assert pixels.std() > 0.01  # not a blank canvas
+
+
+def test_rerun_is_served_without_new_model_responses(quickstart, first_run, capsys):
+    _, _, args = quickstart
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"model responses this run: 0 new", captured.out), captured.out
+    # no library noise: MLflow's artifact bars, matplotlib's or any other warning
+    assert "Downloading artifacts" not in captured.err and "Warning" not in captured.err
+
+
+def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
+    """`memloop eval` with the quickstart's policy on its users: the episodes equal the
+    quickstart's cycle-0 episodes, so the model work is the quickstart's (served from the cache)."""
+    root, _, _ = quickstart
+    env = root / "env.json"
+    procedural = ["--users", "3", "--periods", "1", "--questions", "1", "--seed", "5"]
+    assert main(["env", "procedural", *procedural, "--out", str(env)]) == 0
+    args = [
+        "eval",
+        "--env",
+        str(env),
+        "--policy",
+        str(ROOT / "memloop/experiments/policies/awi-quickstart.yaml"),
+        "--out",
+        str(root / "eval"),
+        "--endpoint",
+        str(root / "endpoint.yaml"),
+        "--rounds-update",
+        "1",
+        "--users",
+        "2",
+    ]
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    m = json.loads((root / "eval" / "metrics.json").read_text())
+    keys = ("overall", "random", "upper_bound", "memory_score", "per_period", "diagnosis")
+    assert all(key in m for key in (*keys, "factual_recall", "usage"))
+    d = m["diagnosis"]
+    assert d["write"] + d["read"] + d["utilization"] == pytest.approx(1 - m["overall"])
+    assert m["questions"] == 2 * 2 * 1 and len(m["per_period"]) == 2  # users x periods x q
+    lines = (root / "eval" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == m["questions"]
+    print(printed.splitlines()[-2])  # how many requests the cache did not answer
+    assert main(args) == 0  # rerun: served from checkpoints
+    assert "new model requests this run: 0" in capsys.readouterr().out
