@@ -163,8 +163,9 @@ def log_run_figure(ctx: RunContext, outcome: RunOutcome) -> list[Path]:
             return []  # a rerun that added no cycle: the figure drawn and logged before stands
         tracker.log_figure(mlc, outcome.run_id, paths)
         return paths
-    from memloop.results.compare import curves, headline_split
+    from memloop.results.compare import curves
     from memloop.results.plots import plot_cycles
+    from memloop.results.rows import headline_split
 
     history = curves(
         outcome.mode,

@@ -142,7 +142,7 @@ def _find_run(mlc, name: str, tracking_uri: str):
 
 
 def from_mlflow(name: str, tracking_uri: str, cycle: int | None) -> Exported:
-    from memloop.results.compare import logged_prompts, run_records
+    from memloop.results.rows import logged_prompts, run_records
     from memloop.runs import tracker
     from memloop.runs.spec import spec_from_params
 

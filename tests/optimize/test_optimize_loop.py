@@ -473,7 +473,8 @@ def test_compare_cells_show_t_interval_sign_flip_and_counts_or_same_prompt(tmp_p
 def test_repeats_run_each_condition_with_its_own_draws_and_rerun_free(tmp_path):
     from memloop.llm.client import DRAW_SEED_STRIDE
     from memloop.optimize.evolve import run_evolve
-    from memloop.results.compare import compare, repeat_summaries
+    from memloop.results.compare import compare
+    from memloop.results.rows import repeat_summaries
 
     def go(fake, **more):
         config = load_config(write_config(tmp_path, **BASELINE_AND_EVOLVED, **more), EvolveConfig)
@@ -566,7 +567,7 @@ def test_compare_pools_repeats_per_user_then_over_users(tmp_path):
     for r in (0, 1):
         log_run(f"evolved-r{r}", "complete", "reflective", r, evolved[r])
     result = compare(uri, "reps")
-    from memloop.results.compare import repeat_summaries
+    from memloop.results.rows import repeat_summaries
 
     _, summary = repeat_summaries(result["rows"])
     # repeat 0: +0.3 for u0..u3; repeat 1: -0.1, +0.1, -0.1 for u0..u2 (u3 not in repeat 1)

@@ -418,7 +418,7 @@ def test_older_runs_form_their_own_unpaired_group_and_headings_name_what_differs
     assert old_section.startswith("3: runs logged by an older memloop (no run spec) ===")
     assert "paired with the baseline" not in old_section
     # the note ends the section (wrapped at 100 columns: compared with its spaces joined)
-    from memloop.results.compare import OLDER_NOTE
+    from memloop.results.rows import OLDER_NOTE
 
     assert " ".join(old_section.split()).endswith(OLDER_NOTE) and OLDER_NOTE.startswith(OLDER)
     assert result["table"].count(OLDER) == 1
@@ -461,7 +461,8 @@ def test_older_runs_form_their_own_unpaired_group_and_headings_name_what_differs
 
 def test_a_single_group_keeps_its_layout(two_models):
     """One model's runs alone: no group headings or notes, and the tables its group shows."""
-    from memloop.results.compare import compare, format_rows
+    from memloop.results.compare import compare
+    from memloop.results.tables import format_rows
 
     config, (base_a, evolved_a), _ = two_models
     result = compare(config.tracking_uri, "unit")

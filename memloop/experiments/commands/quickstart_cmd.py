@@ -95,7 +95,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     mlc = tracker.client(config.tracking_uri)
     for row in result["rows"]:  # the comparison figure goes to every run it shows
         tracker.log_figure(mlc, row.run_id, [p for p in figures if p.suffix in (".png", ".svg")])
-    from memloop.results.compare import format_rows
+    from memloop.results.tables import format_rows
 
     fmt = args.format
     info = sys.stderr if fmt == "csv" else sys.stdout  # stdout: the CSV tables alone
@@ -185,7 +185,7 @@ def per_cycle_table(rows, fmt: str = "table") -> str:
     On the headline users. As text one cell per cycle (`0.50 / n/a / 0.25`); as CSV or Markdown
     one row per run and cycle, a column per measure.
     """
-    from memloop.results.compare import shared_objective
+    from memloop.results.tables import shared_objective
 
     objective = shared_objective(rows) if rows else None
     metrics = objective_first(("memory_score", "state_accuracy", "factual_recall"), objective)

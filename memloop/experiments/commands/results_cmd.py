@@ -112,7 +112,8 @@ def register_ui(sub: argparse._SubParsersAction) -> None:
 def run_compare_cmd(args: argparse.Namespace) -> int:
     import sys
 
-    from memloop.results.compare import compare, format_rows
+    from memloop.results.compare import compare
+    from memloop.results.tables import format_rows
 
     result = compare(args.tracking_uri, args.experiment, args.run, args.to, args.baseline)
     info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
