@@ -14,7 +14,8 @@ import pytest
 
 from memloop.core.leaks import named
 from memloop.environment.catalogue import load_catalogue
-from memloop.optimize import edits, evolvers, gepa_search, playbook
+from memloop.optimize.evolvers import edits, playbook, reflective
+from memloop.optimize.searches import gepa
 
 
 def templates() -> dict[str, str]:
@@ -22,7 +23,7 @@ def templates() -> dict[str, str]:
     found = {}
     for op in edits.OPERATORS:  # the edit operators' sentences enter prompts as they are
         found[f"memloop.optimize.evolvers.edits.OPERATORS.{op.key}"] = op.sentence
-    for module in (playbook, evolvers, gepa_search, edits):
+    for module in (playbook, reflective, gepa, edits):
         for name, value in vars(module).items():
             if (
                 re.fullmatch(r"[A-Z][A-Z0-9_]+", name)
@@ -38,8 +39,8 @@ def test_the_templates_are_found():
     assert {
         "memloop.optimize.evolvers.playbook.DELTA_SYSTEM",
         "memloop.optimize.evolvers.playbook.DELTA_USER",
-        "memloop.optimize.evolvers.REFLECT_SYSTEM",
-        "memloop.optimize.evolvers.RULES_SYSTEM",
+        "memloop.optimize.evolvers.reflective.REFLECT_SYSTEM",
+        "memloop.optimize.evolvers.reflective.RULES_SYSTEM",
         "memloop.optimize.evolvers.edits.SLOT_SYSTEM",
         "memloop.optimize.evolvers.edits.OPERATORS.own_words",
     } <= names
