@@ -133,6 +133,15 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def _published_row(path: Path, where: str, value: Any) -> _Row:
+    """One published record: a JSON object (None: the published run did not finish it)."""
+    if value is None:
+        _fail(path, f"{where}no result (the published run did not finish it)")
+    if not isinstance(value, dict):
+        _fail(path, f"{where}expected a JSON object (got {_show(value)})")
+    return _Row(path, where, value)
+
+
 def _grid(path: Path, data: Any) -> list[list[_Row]]:
     """A `[period][question]` list of records, complete and rectangular."""
     if not isinstance(data, list) or not data:
@@ -143,12 +152,7 @@ def _grid(path: Path, data: Any) -> list[list[_Row]]:
             _fail(path, f"period {i}: expected a non-empty list of records per question")
         out = []
         for q, rec in enumerate(row):
-            where = f"period {i} question {q}: "
-            if rec is None:
-                _fail(path, f"{where}no result (the published run did not finish it)")
-            if not isinstance(rec, dict):
-                _fail(path, f"{where}expected a JSON object (got {_show(rec)})")
-            out.append(_Row(path, where, rec))
+            out.append(_published_row(path, f"period {i} question {q}: ", rec))
         if len(out) != len(rows[0] if rows else out):
             _fail(path, f"period {i} has {len(out)} questions, period 0 {len(rows[0])}")
         rows.append(out)
@@ -332,12 +336,7 @@ def _load_upper_bound(ub_dir: Path) -> list[list[list[_UbOption]]]:
                 _fail(path, f"item {i} question {q}: expected a non-empty list of options")
             parsed = []
             for c, data_c in enumerate(raw):
-                where = f"item {i} question {q} option {c}: "
-                if data_c is None:
-                    _fail(path, f"{where}no result (the published run did not finish it)")
-                if not isinstance(data_c, dict):
-                    _fail(path, f"{where}expected a JSON object (got {_show(data_c)})")
-                row = _Row(path, where, data_c)
+                row = _published_row(path, f"item {i} question {q} option {c}: ", data_c)
                 if row.get("answer", "int") != c + 1:
                     _fail(path, f"{row.where}'answer' should be {c + 1} (the option, 1-based)")
                 response = row.get("response", "pick")

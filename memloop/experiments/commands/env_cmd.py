@@ -12,6 +12,7 @@ from memloop.core.tables import format_table, printable
 from memloop.experiments.commands.options import (
     add_cache_option,
     add_endpoint_options,
+    add_group,
     add_progress_option,
     endpoint_ref,
 )
@@ -29,13 +30,13 @@ every later period changes exactly CHANGES_PER_PERIOD variables. Same arguments,
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    env = sub.add_parser(
+    env_sub = add_group(
+        sub,
         "env",
         help="build, validate and check environments (data.json)",
         description="Environments: simulated users in the published AMemGym data.json format.",
         example="memloop env procedural --users 6 --out data.json",
     )
-    env_sub = env.add_subparsers(dest="env_command", metavar="SUBCOMMAND", required=True)
 
     validate = env_sub.add_parser(
         "validate",

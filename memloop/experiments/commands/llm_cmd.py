@@ -11,6 +11,7 @@ import time
 from memloop.experiments.commands.options import (
     add_cache_option,
     add_endpoint_options,
+    add_group,
     endpoint_ref,
 )
 
@@ -35,13 +36,13 @@ CHECK_MESSAGES = [
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    llm = sub.add_parser(
+    llm_sub = add_group(
+        sub,
         "llm",
         help="model endpoints",
         description="Model endpoints: check that one answers schema-constrained JSON.",
         example="memloop llm check --model local-0.5b",
     )
-    llm_sub = llm.add_subparsers(dest="llm_command", metavar="SUBCOMMAND", required=True)
     check = llm_sub.add_parser(
         "check",
         help="ask the endpoint for a small JSON object, then repeat it from the cache",

@@ -12,11 +12,6 @@ from memloop.experiments.commands.options import (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    register_evolve(sub)
-    register_tune(sub)
-
-
 def register_evolve(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "evolve",
@@ -72,3 +67,9 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
         config.trials = args.trials
     print(format_outcome(run_tune(config, progress=not args.no_progress), args.format))
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """The commands of this module, in the order `memloop --help` lists them."""
+    register_evolve(sub)
+    register_tune(sub)

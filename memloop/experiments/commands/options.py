@@ -28,6 +28,14 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_group(
+    sub: argparse._SubParsersAction, name: str, help: str, description: str, example: str
+) -> argparse._SubParsersAction:
+    """A command `name` made of subcommands (`memloop NAME SUBCOMMAND`); its subparsers."""
+    group = sub.add_parser(name, help=help, description=description, example=example)
+    return group.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)
+
+
 def add_cache_option(
     parser: argparse.ArgumentParser,
     help: str = "response cache file (default: the user cache folder)",

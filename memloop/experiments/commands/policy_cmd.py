@@ -13,18 +13,19 @@ import tempfile
 from memloop.experiments.commands.options import (
     add_cache_option,
     add_endpoint_options,
+    add_group,
     endpoint_ref,
 )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    policy = sub.add_parser(
+    policy_sub = add_group(
+        sub,
         "policy",
         help="policies: check one against the Policy contract",
         description="Memory policies: check one (built-in or plug-in) against the Policy contract.",
         example="memloop policy check memloop/experiments/policies/native.yaml",
     )
-    policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
     check = policy_sub.add_parser(
         "check",
         help="run the Policy conformance suite on the policy a YAML file names "

@@ -11,12 +11,6 @@ from memloop.experiments.commands.options import (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    register_compare(sub)
-    register_export(sub)
-    register_ui(sub)
-
-
 def register_compare(sub: argparse._SubParsersAction) -> None:
     cmp = sub.add_parser(
         "compare",
@@ -201,3 +195,10 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
     os.execvp(cmd[0], cmd)
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """The commands of this module, in the order `memloop --help` lists them."""
+    register_compare(sub)
+    register_export(sub)
+    register_ui(sub)
