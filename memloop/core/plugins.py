@@ -204,10 +204,12 @@ class Registry:
         group: str,
         builtin: dict[str, tuple[str, str]],
         kind_of: Callable[[type], str | None],
+        not_a_plugin: str = "{name} is not a plug-in of {group}",
     ):
         self.group = group
         self.builtin = dict(builtin)
         self.kind_of = kind_of
+        self.not_a_plugin = not_a_plugin  # register's refusal of a class of no kind
         self.registered: dict[str, type] = {}
 
     def register(self, name: str, cls: type) -> None:
@@ -217,7 +219,7 @@ class Registry:
         if name in self.builtin:
             raise ValueError(f"register({name!r}, ...): a built-in's name; choose another")
         if self.kind_of(cls) is None:
-            raise TypeError(f"{cls.__name__} is not a plug-in of {self.group}")
+            raise TypeError(self.not_a_plugin.format(name=cls.__name__, group=self.group))
         self.registered[name] = cls
 
     def installed(self) -> dict[str, str]:

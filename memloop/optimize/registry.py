@@ -50,6 +50,8 @@ REGISTRY = plugins.Registry(
         "gepa": ("search", "memloop.optimize.searches.gepa:GepaSearch"),
     },
     kind_of,
+    "{name} is neither an evolver (name, Settings, propose) nor a search "
+    "(name, Settings, needs_val, evolves_itself, cycles)",
 )
 BUILTIN: dict[str, str] = {name: target for name, (_, target) in REGISTRY.builtin.items()}
 
@@ -59,11 +61,6 @@ def register(name: str, cls: type) -> None:
 
     A built-in's name is refused (ValueError): a registered class never shadows a built-in.
     """
-    if isinstance(cls, type) and kind_of(cls) is None:
-        raise TypeError(
-            f"{cls.__name__} is neither an evolver (name, Settings, propose) nor a search "
-            "(name, Settings, needs_val, evolves_itself, cycles)"
-        )
     REGISTRY.register(name, cls)
 
 

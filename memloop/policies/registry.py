@@ -69,19 +69,18 @@ def known_names() -> list[str]:
 
 def resolve(kind: str, where: str, base_dir: Path | None = None) -> PolicySource:
     """The class target a `type:` names; one-line UserError when it names nothing."""
-    found = REGISTRY.lookup(kind)
     if kind in BUILTIN:
         return PolicySource(kind, BUILTIN[kind], None)
-    if isinstance(found, type):  # registered in this process: found again by module and name
+    found = REGISTRY.lookup(kind)
+    if isinstance(found, type):  # registered in this process: load_class takes it from there
         return PolicySource(kind, f"{found.__module__}:{found.__qualname__}", None)
-    if found is not None:
-        target = found
-    else:
+    if found is None:
         raise UserError(
             f"{where}: key 'type': unknown policy type {kind!r} (registered: "
             f"{', '.join(known_names())}; or 'package.module:ClassName' or "
             "'path/to/file.py:ClassName')"
         )
+    target = found
     module, _, cls = target.rpartition(":")
     if not module or not cls.isidentifier():
         raise UserError(
@@ -96,8 +95,8 @@ def resolve(kind: str, where: str, base_dir: Path | None = None) -> PolicySource
 
 def load_class(source: PolicySource, where: str) -> type:
     """Import the class of `source`; one-line UserError when it does not import."""
-    registered = REGISTRY.registered.get(source.type)
-    if registered is not None and source.type not in BUILTIN:
+    registered = REGISTRY.registered.get(source.type)  # never a built-in's name
+    if registered is not None:
         return registered
     module_name, _, cls_name = source.target.rpartition(":")
     try:

@@ -154,17 +154,12 @@ class CycleRecord(BaseModel):
         """
         splits = {} if train is None else {"train": SplitResult.from_metrics(train)}
         splits.update(split_results(results))
-        tokens = usage_tokens(results.values())
-        cost = usage_cost(results.values())
-        for component, value in (train or {}).get("usage", {}).items():
-            tokens[component] = tokens.get(component, 0) + value
-        for component, dollars in (train or {}).get("cost_usd", {}).items():
-            cost[component] = cost.get(component, 0.0) + dollars
+        metrics = [r.metrics for r in results.values()] + ([] if train is None else [train])
         return cls(
             cycle=cycle,
             splits=splits,
-            tokens=tokens,
-            cost_usd=cost,
+            tokens=_tokens(metrics),
+            cost_usd=_per_component(metrics, "cost_usd"),
             seconds=seconds,
             feedback=feedback,
             leaks_rejected=leaks_rejected,
@@ -320,17 +315,22 @@ def split_results(results: dict[str, EvaluationResult]) -> dict[str, SplitResult
 
 def usage_tokens(results: Iterable[EvaluationResult]) -> dict[str, int]:
     """Tokens per component summed over evaluations."""
-    return {k: int(v) for k, v in _per_component(results, "usage").items()}
+    return _tokens(r.metrics for r in results)
 
 
 def usage_cost(results: Iterable[EvaluationResult]) -> dict[str, float]:
     """Dollars per priced component summed over evaluations (empty: nothing had a price)."""
-    return _per_component(results, "cost_usd")
+    return _per_component((r.metrics for r in results), "cost_usd")
 
 
-def _per_component(results: Iterable[EvaluationResult], key: str) -> dict[str, float]:
+def _tokens(metrics: Iterable[dict[str, Any]]) -> dict[str, int]:
+    return {k: int(v) for k, v in _per_component(metrics, "usage").items()}
+
+
+def _per_component(metrics: Iterable[dict[str, Any]], key: str) -> dict[str, float]:
+    """metrics.json dicts' `key` (usage or cost_usd) summed per component, in order seen."""
     out: dict[str, float] = {}
-    for result in results:
-        for k, v in result.metrics.get(key, {}).items():
+    for m in metrics:
+        for k, v in m.get(key, {}).items():
             out[k] = out.get(k, 0) + v
     return out

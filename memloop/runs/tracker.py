@@ -196,8 +196,7 @@ def name_run(mlc, run_id: str, run_name: str, tags: dict[str, str] | None = None
     """Rename run `run_id` to `run_name` and set `tags` on it (a resumed run renamed)."""
     with store_errors(uri_of(mlc)):
         mlc.update_run(run_id, name=run_name)
-        for key, value in sorted((tags or {}).items()):
-            mlc.set_tag(run_id, key, value)
+        set_tags(mlc, run_id, dict(sorted((tags or {}).items())))
 
 
 def prompt_name(*parts: str) -> str:
@@ -355,9 +354,9 @@ def run_by_id(mlc, run_id: str) -> Any | None:
 def runs_named(mlc, name: str) -> list[Any]:
     """The runs named `name`, over every experiment."""
     experiments = [e.experiment_id for e in mlc.search_experiments()]
-    quoted = name.replace("'", "\\'")
     if not experiments:
         return []
+    quoted = name.replace("'", "\\'")
     return list(mlc.search_runs(experiments, f"attributes.run_name = '{quoted}'"))
 
 

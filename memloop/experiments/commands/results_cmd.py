@@ -164,21 +164,18 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
 def run_ui_cmd(args: argparse.Namespace) -> int:
     import os
 
+    from memloop.core.errors import UserError
     from memloop.core.settings import apply_offline_defaults
-    from memloop.runs.tracker import check_store
+    from memloop.runs import tracker
 
     if args.tracking_uri.startswith(("http://", "https://")):
         # a tracking server serves its own UI: nothing to start
         print(f"{args.tracking_uri} is an MLflow tracking server: its UI is at that address")
         return 0
-    from memloop.core.errors import UserError
-
     at_least_one(args, "workers")
     check_port_free(args.port)
     page = ""
     if args.experiment:
-        from memloop.runs import tracker
-
         # the client checks the store as check_store does
         mlc = tracker.client(args.tracking_uri, create=False)
         exp = tracker.find_experiment(mlc, args.experiment)
@@ -186,11 +183,9 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
             raise UserError(f"--experiment {args.experiment}: no such experiment in the store")
         page = f"/#/experiments/{exp.experiment_id}/runs"
     else:
-        check_store(args.tracking_uri)
+        tracker.check_store(args.tracking_uri)
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
-    from memloop.runs.tracker import ui_command
-
-    cmd, env = ui_command(args.tracking_uri, args.port, args.workers)
+    cmd, env = tracker.ui_command(args.tracking_uri, args.port, args.workers)
     os.environ.update(env)
     print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
     os.execvp(cmd[0], cmd)
