@@ -2,8 +2,9 @@
 
 A run is stopped by Ctrl-C during a GEPA iteration (in process: the reflection request raises
 `Interrupted` with the stop flag set, as under the command line's SIGINT handler) or killed
-(SIGKILL of a subprocess: after the search, after its last reflection, or after an iteration was
-recorded but before gepa saved its state), then rerun on the same run folder, MLflow store and
+(SIGKILL of a subprocess: after gepa's first call, which evaluates the seed, after its last
+reflection, with earlier cycles evaluated, or after an iteration was recorded but before gepa
+saved its state), then rerun on the same run folder, MLflow store and
 response cache. Every number of the resumed run is compared with an uninterrupted reference
 run's: cycles, selected cycle, prompts per cycle, registered prompt versions, logged metrics,
 tokens, the questions left out of the reflection feedback, and gepa's own trace of the search
@@ -191,7 +192,9 @@ def reference(tmp_path_factory) -> dict[str, Any]:
     assert seen["candidate"] == 1 and seen["verdict"] == "too few users"
     assert seen["selected"] == 0 and len(seen["cycles"]) == 1 + REFLECTIONS
     assert seen["prompts"][1]["writer"].endswith("(gen 1).")
-    assert seen["tokens"][0]["optimizer"] > 0
+    # each cycle counts its own iteration's reflection (the seed's cycle: none)
+    assert seen["tokens"][0]["optimizer"] == 0
+    assert all(t["optimizer"] > 0 for t in seen["tokens"][1:])
     assert seen["omitted"][-1] > 0
     return seen
 
@@ -265,7 +268,7 @@ def die():
 
 
 kill_at = {kill_at!r}
-if kill_at == "search_done":  # gepa.optimize returned; no cycle evaluated yet
+if kill_at == "seed_evaluated":  # gepa's first call returned: the seed evaluated, no cycle
     real_optimize = gepa.optimize
 
     def optimize(*args, **kwargs):
@@ -290,7 +293,7 @@ else:  # iteration 2 finished and recorded; gepa's state not saved after it
     real_save = GEPAState.save
 
     def save(self, *args, **kwargs):
-        if self.i == 1:  # the save at the start of iteration 3
+        if self.i == 1:  # the first save after iteration 2 (its gepa call ends with one)
             die()
         real_save(self, *args, **kwargs)
 
@@ -300,7 +303,11 @@ run_evolve(config, progress=False, clients=fake_roles({url!r}, {cache!r}), build
 """
 
 
-@pytest.mark.parametrize("kill_at", ["search_done", "last_reflection", "iteration_2_unsaved"])
+# the cycles evaluated before the kill (GEPA yields each as its iteration finishes)
+EVALUATED = {"seed_evaluated": [], "last_reflection": [0, 1, 2], "iteration_2_unsaved": [0, 1]}
+
+
+@pytest.mark.parametrize("kill_at", list(EVALUATED))
 def test_killed_gepa_resumes_with_the_uninterrupted_tokens_and_omitted_counts(
     tmp_path, reference, kill_at
 ):
@@ -318,7 +325,8 @@ def test_killed_gepa_resumes_with_the_uninterrupted_tokens_and_omitted_counts(
             [sys.executable, "-c", script], stdout=subprocess.DEVNULL, timeout=120, check=False
         )
         assert proc.returncode == -signal.SIGKILL
-        assert not list(tmp_path.glob("runs/*/cycle_*/cycle.json"))  # no cycle evaluated
+        evaluated = sorted(tmp_path.glob("runs/*/cycle_*/cycle.json"))
+        assert [int(p.parent.name.split("_")[1]) for p in evaluated] == EVALUATED[kill_at]
         if kill_at == "iteration_2_unsaved":  # gepa will run iteration 2 again
             (history,) = tmp_path.glob("runs/*/gepa_cycles.json")
             assert [h["iteration"] for h in json.loads(history.read_text())][-1] == 2
@@ -327,7 +335,9 @@ def test_killed_gepa_resumes_with_the_uninterrupted_tokens_and_omitted_counts(
         resent = sum(1 for body in fake.requests if is_evolver_request(body)) - sent
     assert outcome.resumed
     assert_same(observed(config, outcome), reference)
-    if kill_at != "iteration_2_unsaved":
+    if kill_at == "last_reflection":
         # every reflection was answered before the kill: the resumed run replays them from the
         # response cache (its counts above include them) and asks none again
         assert sent > 0 and resent == 0
+    if kill_at == "seed_evaluated":  # no reflection before the kill
+        assert sent == 0 and resent > 0

@@ -6,6 +6,11 @@ compared with what the code wrote before the move (tests/data/golden_cycles, mad
 the code of 63bed7c, by `python tests/optimize/test_same_cycles.py --write`): every cycle's
 records, prompts, steps and summaries, the run's identity, and the metrics and tags it logged to
 MLflow. Left out: wall-clock times, the commit, the fake server's random port and absolute paths.
+
+One change on purpose, the issue's own: GEPA yields each cycle as its iteration finishes, so each
+cycle counts its own iteration's reflection. gepa.json was written again for it; the only
+differences are `tokens/optimizer` (cycle 0: 45 before, 0 now; cycles 1-3: 15 each, 45 in all)
+and `tokens/search_episodes` (0, now logged for every cycle). Nothing else moved.
 """
 
 from __future__ import annotations

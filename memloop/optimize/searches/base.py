@@ -26,10 +26,9 @@ A search is a class with `name`, a pydantic `Settings` model, `needs_val`, `evol
    context's alone.
 
 A search must yield cycle 0, 1, ... in order, each saved before it is yielded, and redo nothing
-the store already holds. The episode and period searches yield each cycle as it finishes; GEPA
-runs its whole search first and then evaluates and yields its candidates in order, because its
-cycle 0 record carries the whole search's optimizer and search-episode work (tokens, dollars,
-seconds), known only at the end. `optimize/search_check.py` (`check_search`) checks this on a
-fake model. The built-in searches: `episode` (episode.py), `period` (period.py), `gepa`
-(gepa.py).
+the store already holds. Every built-in search yields each cycle as it finishes (GEPA: as its
+iteration finishes, gepa being called once per cycle), and each cycle's record counts the work
+done for it, so the cycles' sums are the run's. `optimize/search_check.py` (`check_search`)
+checks this on a fake model. The built-in searches: `episode` (episode.py), `period`
+(period.py), `gepa` (gepa.py).
 """

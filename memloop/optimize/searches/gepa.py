@@ -20,6 +20,13 @@ Cycles: cycle 0 = the seed prompts, cycle k = the best candidate (by GEPA's vali
 after its k-th iteration, each evaluated on whole episodes of every split. The iteration history
 is kept in gepa_cycles.json because a resumed search does not replay finished iterations.
 
+Each cycle is yielded as soon as its iteration has finished: gepa.optimize is called once per
+cycle with a stopper at that iteration, and each call resumes from gepa's saved state (the path
+a restarted run takes; the seed's evaluation is read back from its checkpoints). A cycle counts
+its own share of the search: its iteration's reflections (`optimizer`; cycle 0: none), the
+episodes of losing candidates and of screens that no earlier cycle counted (`search_episodes`),
+and the seconds its gepa call took. Summed over the cycles these are the whole search's.
+
 Resuming gives the uninterrupted run's cycles and counts:
 - gepa saves its state at the start of each iteration and reports the iteration's end from a
   `finally`, so an iteration stopped by Ctrl-C (or any error) is reported too and then run again
@@ -38,6 +45,7 @@ Resuming gives the uninterrupted run's cycles and counts:
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import random
 import sys
@@ -416,8 +424,6 @@ class GepaSearch:
 
         state_dir = ctx.store.run_dir / "gepa_state"
         state_dir.mkdir(parents=True, exist_ok=True)
-        # a new search (no saved state): its seed evaluation is the one the history counts
-        new_search = not (state_dir / "gepa_state.bin").is_file()
         history_path = ctx.store.run_dir / "gepa_cycles.json"
         history = load_history(history_path)
         adapter = EpisodeAdapter(ctx, screen=settings.screen == "replay", proposer=proposer)
@@ -451,14 +457,16 @@ class GepaSearch:
         class RecordIterations:
             """GEPA callbacks: the history of finished iterations; screening's cue."""
 
-            def __init__(self) -> None:
+            def __init__(self, new_search: bool) -> None:
+                # a new search (no saved state): its seed evaluation is the one history counts
+                self.new_search = new_search
                 self.since = counts()  # the counters when the search or iteration started
                 self.error: BaseException | None = None  # one being handled at that moment
 
             def on_valset_evaluated(self, event: Any) -> None:
                 # the seed's evaluation, before gepa's first save: counted by a new search only
                 # (a resumed one evaluates the seed again, from its checkpoints)
-                if event["iteration"] == 0 and new_search:
+                if event["iteration"] == 0 and self.new_search:
                     save_entry(0, self.since)
 
             def on_iteration_start(self, event: Any) -> None:
@@ -487,67 +495,108 @@ class GepaSearch:
                 if event["candidate_idx"] is None:
                     adapter.screen_next = True
 
+        def entry(k: int) -> dict[str, Any] | None:
+            return next((h for h in history if h["iteration"] == k), None)
+
         # duck-typed: gepa's generic protocols (GEPAAdapter, GEPACallback) cannot type these
         optimize: Any = gepa.optimize
-        started = time.perf_counter()
-        result = optimize(
-            seed_candidate=dict(ctx.initial_prompts),
-            trainset=list(train),
-            valset=list(valset),
-            adapter=adapter,  # its propose_new_texts makes the proposals (GepaReflection)
-            # what "pareto" and reflection_minibatch_size would build, on resumable draws
-            candidate_selection_strategy=draws.selector,
-            batch_sampler=draws.sampler,
-            max_metric_calls=budget,
-            run_dir=str(state_dir),
-            seed=ctx.config.seed,
-            display_progress_bar=False,
-            skip_perfect_score=False,
-            raise_on_exception=True,
-            callbacks=[RecordIterations()],
-            logger=FileLog(state_dir / "run_log.txt"),
-        )
-        search_seconds = round(time.perf_counter() - started, 1)
-        omitted = omitted_so_far(history)
-        iterations = [h for h in history if h["iteration"] > 0]
-        # (prompts, GEPA's val score, questions omitted so far, leaks the iteration rejected)
-        sequence = [
-            (dict(ctx.initial_prompts), result.val_aggregate_scores[0], omitted.get(0, 0), 0)
-        ]
-        sequence += [
-            (h["candidate"], h["val_score"], omitted[h["iteration"]], h.get("leaks_rejected", 0))
-            for h in iterations
-        ]
-        for k, (candidate, val_score, omitted_questions, leaks) in enumerate(sequence):
-            prompts = ctx.store.prompts(k, candidate)
+
+        def search(iterations: int) -> tuple[float, float]:
+            """Run gepa until `iterations` iterations have finished (or its budget has run out).
+
+            Every call resumes from gepa's saved state (a first call starts it): the seed's
+            evaluation is read back from its checkpoints and the draws from the adapter state.
+            Returns the seed's validation score and the seconds the call took.
+            """
+            started = time.perf_counter()
+            new_search = not (state_dir / "gepa_state.bin").is_file()
+
+            def enough(state: Any) -> bool:
+                return bool(state.i + 1 >= iterations)  # state.i + 1: iterations finished
+
+            result = optimize(
+                seed_candidate=dict(ctx.initial_prompts),
+                trainset=list(train),
+                valset=list(valset),
+                adapter=adapter,  # its propose_new_texts makes the proposals (GepaReflection)
+                # what "pareto" and reflection_minibatch_size would build, on resumable draws
+                candidate_selection_strategy=draws.selector,
+                batch_sampler=draws.sampler,
+                max_metric_calls=budget,
+                stop_callbacks=[enough],
+                run_dir=str(state_dir),
+                seed=ctx.config.seed,
+                display_progress_bar=False,
+                skip_perfect_score=False,
+                raise_on_exception=True,
+                callbacks=[RecordIterations(new_search)],
+                logger=FileLog(state_dir / "run_log.txt"),
+            )
+            return result.val_aggregate_scores[0], time.perf_counter() - started
+
+        done: list[CycleRecord] = []  # the cycles yielded so far
+        counted: set[str] = set()  # their candidates: their folders' episodes are theirs
+        seed_score = 0.0
+        for k in itertools.count():
             record = ctx.store.record(k)
             if record is None:
-                began = time.perf_counter()
-                results = ctx.evaluate_splits(
-                    prompts, ctx.store.run_dir / "candidates" / candidate_id(prompts)
+                searched = 0.0  # seconds of the search's work for this cycle
+                if k == 0:  # starts the search, or reads its seed's evaluation back
+                    seed_score, searched = search(0)
+                elif entry(k) is None:
+                    _, searched = search(k)
+                found = entry(k)
+                if k > 0 and found is None:
+                    return  # the search is over: its budget ran out (or gepa.stop was made)
+                prompts = ctx.store.prompts(
+                    k, dict(ctx.initial_prompts) if found is None or k == 0 else found["candidate"]
                 )
-                record = CycleRecord.of(
-                    k,
-                    results,
-                    seconds=round(time.perf_counter() - began, 1),
-                    extra={
-                        "gepa_val_score": val_score,
-                        "feedback_omitted_questions": float(omitted_questions),
-                    },
-                    leaks_rejected=leaks,
+                counted.add(candidate_id(prompts))
+                record = self.evaluate(ctx, k, prompts, found, seed_score, history)
+                record.seconds = round(record.seconds + searched, 1)
+                # this cycle's share of the search: its iteration's reflections, and the episodes
+                # of candidates that lost and of screens, not counted by an earlier cycle
+                record.record_work(
+                    "optimizer",
+                    (found or {}).get("optimizer_tokens", 0),
+                    (found or {}).get("optimizer_cost_usd"),
                 )
-                if k == 0:  # the search's own work, once: its iterations', by any process
-                    searched = search_records(adapter.root, {candidate_id(c) for c, *_ in sequence})
-                    record.record_work(
-                        "optimizer",
-                        sum(h.get("optimizer_tokens", 0) for h in history),
-                        add_costs(*(h.get("optimizer_cost_usd") for h in history)),
-                    )
-                    record.record_work(
-                        "search_episodes",
-                        sum(usage_by_component(searched).values()),
-                        add_costs(*cost_by_component(searched).values()),
-                    )
-                    record.seconds += search_seconds
+                uncounted = search_records(adapter.root, counted)
+                before = add_costs(*(r.cost_usd.get("search_episodes") for r in done))
+                dollars = add_costs(*cost_by_component(uncounted).values())
+                record.record_work(
+                    "search_episodes",
+                    sum(usage_by_component(uncounted).values())
+                    - sum(r.tokens.get("search_episodes", 0) for r in done),
+                    None if dollars is None else dollars - (before or 0.0),
+                )
                 ctx.store.save(record)
+            else:
+                counted.add(candidate_id(ctx.store.saved_prompts(k) or {}))
+            done.append(record)
             yield record
+
+    @staticmethod
+    def evaluate(
+        ctx: SearchContext,
+        k: int,
+        prompts: dict[str, str],
+        found: dict[str, Any] | None,
+        seed_score: float,
+        history: list[dict[str, Any]],
+    ) -> CycleRecord:
+        """Cycle k's record: its prompts evaluated on whole episodes of every split."""
+        began = time.perf_counter()
+        results = ctx.evaluate_splits(
+            prompts, ctx.store.run_dir / "candidates" / candidate_id(prompts)
+        )
+        return CycleRecord.of(
+            k,
+            results,
+            seconds=time.perf_counter() - began,
+            extra={
+                "gepa_val_score": seed_score if k == 0 or found is None else found["val_score"],
+                "feedback_omitted_questions": float(omitted_so_far(history).get(k, 0)),
+            },
+            leaks_rejected=0 if k == 0 or found is None else found.get("leaks_rejected", 0),
+        )
