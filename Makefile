@@ -24,11 +24,14 @@ demo: $(STAMP)
 check: $(STAMP)
 	$(BIN)/memloop llm check
 
-# Two passes: the tests that start no model in parallel (one worker per core; each worker has its
-# own caches and stores), then the real-model ones one at a time (two embedded model servers on
-# the same cores slow each other down many times over).
+# Two passes: the tests that start no model in parallel (two workers per core: they wait on
+# subprocesses, sockets and sleeps much of the time; each worker has its own caches and stores),
+# then the real-model ones one at a time (two embedded model servers on the same cores slow each
+# other down many times over).
+WORKERS = $(shell $(PYTHON) -c "import os; print(2 * (os.cpu_count() or 1))" 2>/dev/null || echo 2)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m "not real_model and not slow and not scaleout"
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
 	$(BIN)/python -m pytest -q --durations=10 -m "(real_model or slow) and not scaleout"
 
 # Several machines' parts on real engines: PostgreSQL (installed with apt when missing and this
@@ -49,9 +52,9 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix memloop tests benchmarks examples
 	$(BIN)/ruff format memloop tests benchmarks examples
 
-# The first pass of `make test` alone: no model starts (about 5 min on 2 cores).
+# The first pass of `make test` alone: no model starts (about 3.5 min on 2 cores).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m "not real_model and not slow and not scaleout"
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_client.py

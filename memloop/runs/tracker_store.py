@@ -6,6 +6,7 @@ that imports MLflow or calls an MLflow client (tests/test_architecture.py checks
   `check_server`, `check_store`);
 - `client(uri)` opens the store; a sqlite store is made in a temporary file and renamed into
   place, so a kill leaves none, and one left by an older memloop is rebuilt when it holds no runs;
+  its schema is a copy of one made once per MLflow version (`_copy_schema`);
 - a store locked, deleted, moved or unreachable while a command uses it is one line
   (`store_errors`, around every call that reaches the store), with the sqlite wait
   (`SQLITE_BUSY_TIMEOUT`) and the engine hooks installed once per process.
@@ -605,8 +606,9 @@ def _make_sqlite_store(db: Path, tracking_uri: str) -> None:
     tmp = folder / f".{db.name}.{os.getpid()}-{secrets.token_hex(4)}.creating"
     tmp_uri = f"sqlite:///{tmp}"
     try:
+        _copy_schema(tmp)  # else MLflow makes the schema on first use, below
         made = mlflow.MlflowClient(tracking_uri=tmp_uri)
-        made.search_experiments(max_results=1)  # the schema is made on first use
+        made.search_experiments(max_results=1)  # adds the Default experiment
         _close_engines(tmp_uri, forget=True)
         for suffix in ("-journal", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -617,6 +619,48 @@ def _make_sqlite_store(db: Path, tracking_uri: str) -> None:
             path.unlink(missing_ok=True)
         raise
     _close_engines(tracking_uri, forget=False)  # pooled connections to the file replaced
+
+
+def _copy_schema(target: Path) -> bool:
+    """Copy MLflow's empty schema into `target` (a new file); False when none could be had.
+
+    MLflow makes its schema by running every one of its migrations (seconds), and the result is
+    the same for one MLflow version. So it is made once per version, into the memloop cache
+    folder (mlflow-schema/<version>.db, made in a temporary file and renamed into place), and
+    copied for each new store (milliseconds). The copy holds no experiment: MLflow adds the
+    Default experiment when the store is first opened, as it does in a store it makes itself.
+    Anything that fails here (a cache folder that cannot be written) leaves MLflow to make the
+    schema itself.
+    """
+    import secrets
+    import shutil
+
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+    from mlflow.version import VERSION
+
+    from memloop.core.settings import cache_root
+
+    folder = cache_root() / "mlflow-schema"
+    schema = folder / f"{VERSION}.db"
+    making = folder / f".{schema.name}.{os.getpid()}-{secrets.token_hex(4)}.creating"
+    try:
+        if not schema.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            engine = sqlalchemy.create_engine(f"sqlite:///{making}")
+            try:
+                _initialize_tables(engine)
+            finally:
+                engine.dispose()
+            os.replace(making, schema)
+        shutil.copyfile(schema, target)
+        return True
+    except (OSError, sqlalchemy.exc.SQLAlchemyError):
+        target.unlink(missing_ok=True)
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            making.unlink(missing_ok=True)
 
 
 def _close_engines(db_uri: str, *, forget: bool) -> None:

@@ -1,9 +1,14 @@
 """The optimize layer on the real path: the embedded model (0.5B), real MLflow and Optuna stores.
 
-A tiny procedural environment: two GEPA cycles and a tune that grows on rerun, with replies capped
-at a few tokens. The reflective evolver through check_evolver on the embedded model is in
-test_evolver_check.py (it was checked twice, here too, until issue 43); the edits evolver's
-cycles, MLflow contents, compare and `memloop eval` are covered by test_quickstart_real.py.
+A tiny procedural environment: two GEPA cycles and a one-trial tune, with replies capped at a few
+tokens. The rule of the real-model pass (issue 43, for make test's budget): each path meets the
+real model once; what a second run on the same path adds (a study continued, a run resumed or
+served from the cache) is checked on the fake model with the same real stores (the tune's rerun:
+test_optimize_tune.py, test_objective_on_validation_best_on_test_and_rerun_continues).
+
+The reflective evolver through check_evolver on the embedded model is in test_evolver_check.py
+(it was checked twice, here too, until issue 43); the edits evolver's cycles, MLflow contents,
+compare and `memloop eval` are covered by test_quickstart_real.py.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ def test_gepa_two_cycles(workspace, local_client):
         "cycles": 2,
         # one iteration: the seed on the validation user (1), the parent and its new candidate's
         # replay screen on the training user (2)
-        "gepa": {"minibatch_size": 1, "max_metric_calls": 3, "reflection_max_tokens": 256},
+        "gepa": {"minibatch_size": 1, "max_metric_calls": 3, "reflection_max_tokens": 96},
         "rounds": {"init": 1, "update": 1},
         "endpoints": endpoints(endpoint),
         "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
@@ -106,13 +111,15 @@ def test_gepa_two_cycles(workspace, local_client):
 
 
 @pytest.mark.slow
-def test_tune_one_trial_then_two(workspace, local_client, capsys):
+def test_tune_one_trial(workspace, local_client, capsys):
     import optuna
 
     root, endpoint = workspace
     config = {
         "study": "tiny-awe",
-        "environment": {**ENV, "train_users": 0, "val_users": 1, "test_users": 1},
+        # no test user: the best trial's re-run on test users is the same path again (the rule
+        # above; on the fake model: test_objective_on_validation_best_on_test_and_rerun_continues)
+        "environment": {**ENV, "train_users": 0, "val_users": 1, "test_users": 0},
         "policy": capped_policy(root, "awe"),
         "trials": 1,
         # always defined (the memory score is undefined when the 1.5B model's upper bound does
@@ -132,14 +139,9 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
     study = optuna.load_study(study_name="tiny-awe", storage=config["storage"])
     assert len(study.trials) == 1
     assert study.trials[0].params == {"update_freq": 2, "short_term_len": 4, "top_k": 30}
-    assert main(["tune", str(path), "--no-progress"]) == 0
-    study = optuna.load_study(study_name="tiny-awe", storage=config["storage"])
-    assert len(study.trials) == 2
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
-    assert study.trials[1].params != study.trials[0].params  # the rerun continued the search
+    assert study.trials[0].state == optuna.trial.TrialState.COMPLETE
     out = capsys.readouterr().out
-    assert "2 finished trials, 1 added now" in out
-    assert "on 1 test users: state_acc " in out  # the best trial, re-run on the test user
+    assert "1 finished trials, 1 added now" in out
     from memloop.runs import tracker
 
     mlc = tracker.client(config["tracking_uri"])
@@ -152,7 +154,6 @@ def test_tune_one_trial_then_two(workspace, local_client, capsys):
     assert len({r.data.tags.get("mlflow.parentRunId") for r in children}) == 1
     assert all("val/state_accuracy" in r.data.metrics for r in children)
     assert "val/state_accuracy" in parent_metrics(mlc, exp)
-    assert "test/overall" in parent_metrics(mlc, exp)
 
 
 def parent_metrics(mlc, exp) -> dict:
