@@ -10,6 +10,7 @@ from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json
 from memloop.core.tables import format_table, printable
 from memloop.experiments.commands.options import (
+    CommandGroup,
     add_cache_option,
     add_endpoint_options,
     add_group,
@@ -29,14 +30,16 @@ every later period changes exactly CHANGES_PER_PERIOD variables. Same arguments,
 """
 
 
+GROUP = CommandGroup(
+    "env",
+    help="build, validate and check environments (data.json)",
+    description="Environments: simulated users in the published AMemGym data.json format.",
+    example="memloop env procedural --users 6 --out data.json",
+)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    env_sub = add_group(
-        sub,
-        "env",
-        help="build, validate and check environments (data.json)",
-        description="Environments: simulated users in the published AMemGym data.json format.",
-        example="memloop env procedural --users 6 --out data.json",
-    )
+    env_sub = add_group(sub, GROUP)
 
     validate = env_sub.add_parser(
         "validate",

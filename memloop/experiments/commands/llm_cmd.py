@@ -9,11 +9,20 @@ import argparse
 import time
 
 from memloop.experiments.commands.options import (
+    CommandGroup,
     add_cache_option,
     add_endpoint_options,
     add_group,
     endpoint_ref,
 )
+
+GROUP = CommandGroup(
+    "llm",
+    help="model endpoints",
+    description="Model endpoints: check that one answers schema-constrained JSON.",
+    example="memloop llm check --model local-0.5b",
+)
+
 
 CHECK_SCHEMA = {
     "type": "object",
@@ -36,13 +45,7 @@ CHECK_MESSAGES = [
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    llm_sub = add_group(
-        sub,
-        "llm",
-        help="model endpoints",
-        description="Model endpoints: check that one answers schema-constrained JSON.",
-        example="memloop llm check --model local-0.5b",
-    )
+    llm_sub = add_group(sub, GROUP)
     check = llm_sub.add_parser(
         "check",
         help="ask the endpoint for a small JSON object, then repeat it from the cache",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from memloop.core.errors import UserError
 from memloop.core.settings import DEFAULT_TRACKING_URI
@@ -28,12 +28,21 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_group(
-    sub: argparse._SubParsersAction, name: str, help: str, description: str, example: str
-) -> argparse._SubParsersAction:
-    """A command `name` made of subcommands (`memloop NAME SUBCOMMAND`); its subparsers."""
-    group = sub.add_parser(name, help=help, description=description, example=example)
-    return group.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)
+class CommandGroup(NamedTuple):
+    """A command made of subcommands (`memloop NAME SUBCOMMAND`): its name and its help texts."""
+
+    name: str
+    help: str
+    description: str
+    example: str
+
+
+def add_group(sub: argparse._SubParsersAction, group: CommandGroup) -> argparse._SubParsersAction:
+    """The command `group` describes, added to `sub`; its subcommands' subparsers."""
+    parser = sub.add_parser(
+        group.name, help=group.help, description=group.description, example=group.example
+    )
+    return parser.add_subparsers(dest=f"{group.name}_command", metavar="SUBCOMMAND", required=True)
 
 
 def add_cache_option(

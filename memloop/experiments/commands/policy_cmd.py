@@ -11,21 +11,23 @@ import argparse
 import tempfile
 
 from memloop.experiments.commands.options import (
+    CommandGroup,
     add_cache_option,
     add_endpoint_options,
     add_group,
     endpoint_ref,
 )
 
+GROUP = CommandGroup(
+    "policy",
+    help="policies: check one against the Policy contract",
+    description="Memory policies: check one (built-in or plug-in) against the Policy contract.",
+    example="memloop policy check memloop/experiments/policies/native.yaml",
+)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    policy_sub = add_group(
-        sub,
-        "policy",
-        help="policies: check one against the Policy contract",
-        description="Memory policies: check one (built-in or plug-in) against the Policy contract.",
-        example="memloop policy check memloop/experiments/policies/native.yaml",
-    )
+    policy_sub = add_group(sub, GROUP)
     check = policy_sub.add_parser(
         "check",
         help="run the Policy conformance suite on the policy a YAML file names "
