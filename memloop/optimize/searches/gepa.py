@@ -552,24 +552,9 @@ class GepaSearch:
                     k, dict(ctx.initial_prompts) if found is None or k == 0 else found["candidate"]
                 )
                 counted.add(candidate_id(prompts))
-                record = self.evaluate(ctx, k, prompts, found, seed_score, history)
+                record = self.cycle_record(ctx, k, prompts, found, seed_score, history)
                 record.seconds = round(record.seconds + searched, 1)
-                # this cycle's share of the search: its iteration's reflections, and the episodes
-                # of candidates that lost and of screens, not counted by an earlier cycle
-                record.record_work(
-                    "optimizer",
-                    (found or {}).get("optimizer_tokens", 0),
-                    (found or {}).get("optimizer_cost_usd"),
-                )
-                uncounted = search_records(adapter.root, counted)
-                before = add_costs(*(r.cost_usd.get("search_episodes") for r in done))
-                dollars = add_costs(*cost_by_component(uncounted).values())
-                record.record_work(
-                    "search_episodes",
-                    sum(usage_by_component(uncounted).values())
-                    - sum(r.tokens.get("search_episodes", 0) for r in done),
-                    None if dollars is None else dollars - (before or 0.0),
-                )
+                count_search_work(record, found, search_records(adapter.root, counted), done)
                 ctx.store.save(record)
             else:
                 counted.add(candidate_id(ctx.store.saved_prompts(k) or {}))
@@ -577,7 +562,7 @@ class GepaSearch:
             yield record
 
     @staticmethod
-    def evaluate(
+    def cycle_record(
         ctx: SearchContext,
         k: int,
         prompts: dict[str, str],
@@ -600,3 +585,31 @@ class GepaSearch:
             },
             leaks_rejected=0 if k == 0 or found is None else found.get("leaks_rejected", 0),
         )
+
+
+def count_search_work(
+    record: CycleRecord,
+    found: dict[str, Any] | None,
+    uncounted: list[PeriodRecord],
+    done: list[CycleRecord],
+) -> None:
+    """Add this cycle's share of the search to `record`.
+
+    Its iteration's reflections (`found`, its history entry: tokens and dollars), and the
+    episodes of losing candidates and of screens (`uncounted`, all so far) that no cycle of
+    `done` counted. A losing candidate never becomes a cycle's later (a cycle's candidate is the
+    best so far, and scores do not change), so the shares add up to the search's whole work.
+    """
+    record.record_work(
+        "optimizer",
+        (found or {}).get("optimizer_tokens", 0),
+        (found or {}).get("optimizer_cost_usd"),
+    )
+    before = add_costs(*(r.cost_usd.get("search_episodes") for r in done))
+    dollars = add_costs(*cost_by_component(uncounted).values())
+    record.record_work(
+        "search_episodes",
+        sum(usage_by_component(uncounted).values())
+        - sum(r.tokens.get("search_episodes", 0) for r in done),
+        None if dollars is None else dollars - (before or 0.0),
+    )
