@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -220,26 +221,57 @@ def register_prompt(
     score: float | None,
     objective: str = "memory_score",
 ) -> int:
-    """The registry version for this (run, cycle), created once and linked to the run."""
+    """The registry version holding this (run, cycle)'s prompts, linked to the run.
+
+    A new version only when the text is new to `name`: a cycle whose prompts an earlier cycle
+    (or run) registered gets that version (an unchanged prompt is not registered again). The
+    prompt is linked to the run's experiment, so the experiment's Prompts page lists it.
+    """
     mlflow = mlflow_module()
+    text = render_prompts(prompts)
     with process_lock, store_errors(uri_of(mlc)):
+        experiment_id = mlc.get_run(run_id).info.experiment_id
         existing = _versions(mlc, name)
         for v in existing:
             if v.tags.get("memloop.run_id") == run_id and v.tags.get("memloop.cycle") == str(cycle):
                 return int(v.version)
-        tags = {
-            "memloop.run_id": run_id,
-            "memloop.cycle": str(cycle),
-            "memloop.predictors": ",".join(sorted(prompts)),
-        }
-        if score is not None:
-            tags[f"memloop.val_{objective}"] = f"{score:.6f}"  # what selection ranks on
-        version = mlflow.genai.register_prompt(
-            name=name, template=render_prompts(prompts), commit_message=f"cycle {cycle}", tags=tags
-        )
-        # the run's page lists the prompt versions it made, and each version its run
+        same = [v for v in existing if v.template == text]
+        if same:
+            version = max(same, key=lambda v: int(v.version))
+        else:
+            tags = {
+                "memloop.run_id": run_id,
+                "memloop.cycle": str(cycle),
+                "memloop.predictors": ",".join(sorted(prompts)),
+            }
+            if score is not None:
+                tags[f"memloop.val_{objective}"] = f"{score:.6f}"  # what selection ranks on
+            # MLflow links a new version to the active experiment (else Default) by itself, in
+            # a thread of its own: the run's experiment is made the active one first, and the
+            # thread is waited for (two writers of the tag at once collide)
+            mlflow.set_experiment(experiment_id=experiment_id)
+            version = mlflow.genai.register_prompt(
+                name=name, template=text, commit_message=f"cycle {cycle}", tags=tags
+            )
+            for thread in threading.enumerate():
+                if thread.name.startswith("link_prompt_to_experiment_thread"):
+                    thread.join()
+        _link_to_experiment(mlc, name, experiment_id)  # when MLflow's own link did not happen
+        # the run's page lists the prompt versions it used, and each version its runs
         mlc.link_prompt_version_to_run(run_id, version)
         return int(version.version)
+
+
+EXPERIMENT_IDS_TAG = "_mlflow_experiment_ids"
+"""The prompt tag MLflow's experiment Prompts page filters on: ",<id>,<id>,"."""
+
+
+def _link_to_experiment(mlc, name: str, experiment_id: str) -> None:
+    """Tag prompt `name` with `experiment_id` (kept with the ones it has), here and now."""
+    held = (mlc.get_prompt(name).tags or {}).get(EXPERIMENT_IDS_TAG, "")
+    ids = [i for i in held.strip(",").split(",") if i]
+    if experiment_id not in ids:
+        mlc.set_prompt_tag(name, EXPERIMENT_IDS_TAG, f",{','.join([*ids, experiment_id])},")
 
 
 def split_prompts(template: str, names: list[str], where: str) -> dict[str, str]:
@@ -314,7 +346,6 @@ def _versions(mlc, name: str) -> list[Any]:
         if store_failure(exc, uri_of(mlc), sqlite_file(uri_of(mlc), create_folder=False)):
             raise
         return []
-
 
 
 def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:

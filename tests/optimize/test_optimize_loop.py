@@ -104,7 +104,14 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
     assert {a.path for a in mlc.list_artifacts(o.run_id, "summary")} >= {"summary/cycle_00.json"}
     name = logged_run.data.tags["memloop.prompt_name"]
     versions = sorted(int(v.version) for v in mlc.search_prompt_versions(name))
-    assert versions == [k + 1 for k in steps]
+    # a version per new text, in the order the cycles first held it (an unchanged prompt is
+    # not registered again)
+    texts: list[str] = []
+    for k in steps:
+        text = json.loads((o.run_dir / f"cycle_{k:02d}" / "prompts.json").read_text())["writer"]
+        texts += [text] if text not in texts else []
+    assert versions == list(range(1, len(texts) + 1))
+    assert [mlc.get_prompt_version(name, v).template for v in versions] == texts
     assert mlc.get_prompt_version(name, 1).template == "Remember what the user says."
     # the run is linked to every prompt version it made (MLflow's own link, shown on its page)
     linked = json.loads(mlc.get_run(o.run_id).data.tags["mlflow.linkedPrompts"])
@@ -115,7 +122,9 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
     val = {c.cycle: c.score("val") for c in o.cycles if c.score("val") is not None}
     chosen = max(val, key=lambda k: (val[k], -k)) if val else steps[-1]
     assert o.selection.cycle == chosen
-    assert int(mlc.get_prompt_version_by_alias(name, "best").version) == 1 + chosen
+    chosen_text = json.loads((o.run_dir / f"cycle_{chosen:02d}" / "prompts.json").read_text())
+    best = mlc.get_prompt_version_by_alias(name, "best")
+    assert int(best.version) == 1 + texts.index(chosen_text["writer"])
     headline = mlc.get_metric_history(o.run_id, "headline/test_overall")
     assert [m.value for m in headline] == [o.cycles[chosen].score("test", "overall")]
     summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
@@ -154,6 +163,31 @@ def test_no_evolution_keeps_prompt_and_calls_no_evolver(tmp_path):
     p1 = json.loads((o.run_dir / "cycle_01" / "prompts.json").read_text())
     assert p0 == p1
     assert (o.mode, o.evolver) == ("none", "none")
+
+
+def test_prompts_are_found_from_their_experiment_and_an_unchanged_one_is_registered_once(
+    tmp_path,
+):
+    with FakeOpenAIServer(reply=fake_reply) as fake:
+        config, (o,) = run(tmp_path, fake, feedback_modes=["none"], cycles=3)
+    mlc = mlflow_client(config)
+    logged = mlc.get_run(o.run_id)
+    name = logged.data.tags["memloop.prompt_name"]
+    assert name == f"{config.experiment_name}.{o.run_dir.name[: -len('-12345678')]}"
+    # three cycles of one text: one version, `best` on it, linked to the run once
+    (version,) = mlc.search_prompt_versions(name)
+    assert version.template == "Remember what the user says."
+    assert version.tags["memloop.cycle"] == "0"
+    assert mlc.get_prompt_version_by_alias(name, "best").version == version.version
+    linked = json.loads(logged.data.tags["mlflow.linkedPrompts"])
+    assert linked == [{"name": name, "version": str(version.version)}]
+    # the experiment's Prompts page (MLflow filters on the prompt's experiment tag) lists it,
+    # MLflow's Default experiment does not
+    experiment = logged.info.experiment_id
+    assert experiment != "0"
+    listed = mlc.search_prompts(filter_string=f"experiment_id = '{experiment}'")
+    assert [p.name for p in listed] == [name]
+    assert list(mlc.search_prompts(filter_string="experiment_id = '0'")) == []
 
 
 def test_conditions_grid_and_yaml_errors(tmp_path):

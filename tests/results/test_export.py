@@ -242,9 +242,9 @@ def test_a_registry_version_seeds_a_new_evolve(evolved, tmp_path):
     assert store.saved_prompts(2) != store.saved_prompts(0)
     mlc = tracker.client(config.tracking_uri, create=False)
     name = mlc.get_run(outcome.run_id).data.tags["memloop.prompt_name"]
-    (version,) = [
-        v.version for v in mlc.search_prompt_versions(name) if v.tags["memloop.cycle"] == "2"
-    ]
+    # the version holding cycle 2's text (registered by the first cycle that held it)
+    cycle_2 = tracker.render_prompts(store.saved_prompts(2) or {})
+    (version,) = [v.version for v in mlc.search_prompt_versions(name) if v.template == cycle_2]
     (tmp_path / "seeded.yaml").write_text(f"type: awi\nprompts_from: 'prompts:/{name}/{version}'\n")
     data = yaml.safe_load(Path(config.source).read_text())
     data.update(
