@@ -23,12 +23,15 @@ from pydantic import (
 
 from memloop.core.config import load_yaml_model
 from memloop.core.errors import UserError
-from memloop.core.files import safe_name
+from memloop.core.files import safe_name, sqlite_file
 from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.feedback.objective import DEFAULT_MODE, Mode, Objective
 from memloop.feedback.probes import ProbeSettings
 
 SPLITS = ("train", "val", "test")
+
+DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
+"""Optuna's store when the tracking URI is not a sqlite file (relative to the working folder)."""
 
 
 class _Strict(BaseModel):
@@ -310,9 +313,24 @@ class TuneConfig(_Strict):
     parallel_users: StrictInt = Field(2, ge=1, le=1024)
     seed: StrictInt = 0
     tracking_uri: str = DEFAULT_TRACKING_URI
-    storage: str = "sqlite:///mlruns/optuna.db"
+    storage: str = Field(
+        "",
+        description="Optuna's study store; default: optuna.db beside a sqlite tracking_uri's "
+        "store (sqlite:///mlruns/optuna.db beside the default one), else "
+        "sqlite:///mlruns/optuna.db",
+    )
     out_dir: str | None = None
     source: str | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _storage_beside_the_tracking_store(self) -> TuneConfig:
+        if not self.storage:
+            db = sqlite_file(self.tracking_uri, create_folder=False)
+            if db is None or db.name == ":memory:":
+                self.storage = DEFAULT_STORAGE
+            else:
+                self.storage = f"sqlite:///{db.parent / 'optuna.db'}"
+        return self
 
     @property
     def experiment_name(self) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -501,7 +502,8 @@ class Tuner:
         import optuna
 
         config = self.config
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # ERROR: a failed trial is memloop's one line, not Optuna's warning with its traceback
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
         study = open_study(config, self.study_spec)
         names = [self.ranked_on.value, "tokens_per_user"][: len(study.directions)]
         if study.metric_names != names:
@@ -652,8 +654,6 @@ def run_tune(
     `clients` and `builder` (replacing policies.build_policy) are for tests. Optuna's warnings
     that heartbeats and the brute-force sampler are "experimental" are not shown.
     """
-    import warnings
-
     import optuna
 
     with warnings.catch_warnings():
@@ -752,7 +752,11 @@ def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
         fig.set_size_inches(
             max(6.0, 3.2 * len(outcome.params)) if name == "slice.png" else 6.4, 4.2
         )
-        fig.tight_layout()
+        # matplotlib's layout warnings ("not applied", "Axes that are not compatible with
+        # tight_layout") on Optuna's figures are not the user's to act on
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
         atomic_savefig(fig, folder / name, dpi=110)
         plt.close(fig)
         written.append(folder / name)

@@ -57,7 +57,8 @@ from memloop.runs.cycles import CycleRecord, Selection
 def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: str = "best") -> str:
     """Unified diff between the first cycle's prompts and the selected (or last) cycle's.
 
-    The run is `which`, by default the run with the best headline score. `to="best"` is the
+    The run is `which`, by default the evolving run (one whose prompts a step may change) with
+    the best headline score; a no-evolution run only when there is no other. `to="best"` is the
     cycle selected on validation users.
     """
     candidates = [r for r in rows if r.cycles]
@@ -69,7 +70,8 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
             raise UserError(f"no run {which!r}; runs: {', '.join(r.name for r in candidates)}")
         row = chosen[0]
     else:
-        row = max(candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
+        evolving = [r for r in candidates if "none" not in (r.evolver, r.feedback_mode)]
+        row = max(evolving or candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
     mlc = tracker.client(tracking_uri, create=False)  # read only: never a new store
 
     if to == "best" and row.selection is not None:

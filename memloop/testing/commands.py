@@ -107,6 +107,34 @@ def eval_argv(
 
 # A `memloop tune` worker in its own process: the fake endpoint for every role, the scripted
 # policy slowed by `delay` seconds per reply (so a test can kill it while a trial runs).
+def write_small_tune(root: Path, study: str, **settings: Any) -> Path:
+    """A tune YAML of an AWI policy on 2 procedural users (1 validation, 1 test), under `root`.
+
+    Each user 1 period x 1 question (seed 1); 1 trial over update_freq [2, 4]; `settings` adds
+    or replaces keys of the tune YAML (e.g. trials, search_space, endpoints, tracking_uri).
+    The stores and folders are the command's defaults, relative to where it runs, unless
+    `settings` says. Returns root/tune.yaml.
+    """
+    import yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "awi.yaml").write_text("type: awi\n")
+    data = {
+        "study": study,
+        "environment": {
+            "procedural": {"users": 2, "periods": 1, "questions": 1, "seed": 1},
+            "val_users": 1,
+            "test_users": 1,
+        },
+        "policy": str(root / "awi.yaml"),
+        "trials": 1,
+        "search_space": {"update_freq": [2, 4]},
+        **settings,
+    }
+    (root / "tune.yaml").write_text(yaml.safe_dump(data))
+    return root / "tune.yaml"
+
+
 _TUNE_WORKER = """
 import sys, time
 from memloop.llm.client import ChatClient

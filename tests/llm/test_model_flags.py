@@ -152,6 +152,8 @@ def test_every_command_with_endpoint_takes_model(fake):
     ]
     assert {" ".join(path[1:]) for path, _ in with_endpoint} == {
         "quickstart",
+        "evolve",
+        "tune",
         "llm check",
         "env generate",
         "env check",
@@ -166,3 +168,39 @@ def test_every_command_with_endpoint_takes_model(fake):
     assert made == Endpoint.from_mapping({"model": "m", "base_url": fake.base_url}, "file")
     args = build_parser().parse_args(["llm", "check", "--model", "local-0.5b"])
     assert endpoint_ref(args) == Endpoint(model="local-0.5b")  # base_url: local
+
+
+def test_evolve_and_tune_put_every_role_on_the_model_given(tmp_path, capsys):
+    """Trying another model on evolve or tune needs no copied YAML (issue 44)."""
+    from memloop.testing import evolve_loop_reply
+    from memloop.testing.commands import write_small_evolve, write_small_tune
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as server:
+        flags = ["--model", "fake-model", "--base-url", server.base_url, "--no-progress"]
+        path = write_small_evolve(tmp_path / "ev", "flags", (1, 1, 1), periods=1, questions=1)
+        assert main(["evolve", str(path), *flags]) == 0
+        sent = len(server.requests)
+        assert sent and {body["model"] for body in server.requests} == {"fake-model"}
+        (run_dir,) = (tmp_path / "ev" / "runs").iterdir()
+        spec = spec_of(run_dir)
+        for role in ("agent", "user_sim", "checker", "optimizer"):
+            assert spec.endpoints[role]["model"] == "fake-model"
+        # the same endpoint as a file: the same run, resumed, no model call
+        endpoint = tmp_path / "endpoint.yaml"
+        endpoint.write_text(f"model: fake-model\nbase_url: {server.base_url}\n")
+        assert main(["evolve", str(path), "--endpoint", str(endpoint), "--no-progress"]) == 0
+        assert len(server.requests) == sent
+        assert [p.name for p in (tmp_path / "ev" / "runs").iterdir()] == [run_dir.name]
+
+        tune = write_small_tune(
+            tmp_path / "tu",
+            "flags",
+            tracking_uri=f"sqlite:///{tmp_path}/tune-mlruns/mlflow.db",
+            out_dir=str(tmp_path / "tune"),
+        )
+        before = len(server.requests)
+        assert main(["tune", str(tune), *flags]) == 0
+        assert {body["model"] for body in server.requests[before:]} == {"fake-model"}
+    assert "1 finished trials" in capsys.readouterr().out
+    # the study sits beside the MLflow store tracking_uri names
+    assert (tmp_path / "tune-mlruns" / "optuna.db").is_file()

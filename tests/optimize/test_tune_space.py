@@ -182,3 +182,27 @@ def test_a_plugin_tuned_by_tpe_on_a_log_range(tmp_path):
     )
     folders = {p.name for p in (tmp_path / "tune" / "val").iterdir()}
     assert folders == {f"keyword-memory-{t.params['top_k']}" for t in done}
+
+
+@pytest.mark.parametrize(
+    ("given", "storage"),
+    [
+        ({}, "sqlite:///mlruns/optuna.db"),  # beside the default MLflow store, as before
+        ({"tracking_uri": "sqlite:////data/exp/mlflow.db"}, "sqlite:////data/exp/optuna.db"),
+        ({"tracking_uri": "sqlite:///elsewhere/m.db"}, "sqlite:///elsewhere/optuna.db"),
+        ({"tracking_uri": "http://127.0.0.1:5000"}, "sqlite:///mlruns/optuna.db"),
+        (
+            {"tracking_uri": "sqlite:////data/exp/mlflow.db", "storage": "sqlite:////o/s.db"},
+            "sqlite:////o/s.db",
+        ),
+    ],
+)
+def test_the_study_store_sits_beside_a_sqlite_tracking_store_unless_storage_says(given, storage):
+    config = TuneConfig.model_validate(
+        {
+            "environment": {"procedural": {"users": 2}, "val_users": 1, "test_users": 1},
+            "policy": "awi.yaml",
+            **given,
+        }
+    )
+    assert config.storage == storage

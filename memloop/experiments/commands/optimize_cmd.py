@@ -3,13 +3,38 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from memloop.experiments.commands.options import (
     add_cycles_option,
+    add_endpoint_options,
     add_format_option,
     add_progress_option,
     at_least_one,
+    endpoint_ref,
 )
+
+EVERY_ROLE_HELP = (
+    "endpoint YAML for every role (the assistant, the simulated user, the recall checker, the "
+    "optimizer), in place of the experiment YAML's endpoints:"
+)
+
+
+def every_role_clients(args: argparse.Namespace, config: Any) -> Any:
+    """The RoleClients of an experiment `config` (evolve, tune, quickstart) and the command line.
+
+    `--endpoint FILE` or `--model NAME [--base-url URL]` (add_endpoint_options) puts every role
+    on that endpoint, as `endpoints:` naming it for each role would; else the YAML's `endpoints:`.
+    A file given here becomes the config's, so the run's identity names it.
+    """
+    from memloop.optimize.context import role_clients
+    from memloop.runs.inputs import roles
+
+    ref = endpoint_ref(args)
+    if isinstance(ref, str):
+        for role in ("agent", "user_sim", "checker", "optimizer"):
+            setattr(config.endpoints, role, ref)
+    return role_clients(config.endpoints) if ref is None or isinstance(ref, str) else roles(ref)
 
 
 def register_evolve(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +48,7 @@ def register_evolve(sub: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/evolve/complete.yaml")
     add_cycles_option(ev)
+    add_endpoint_options(ev, EVERY_ROLE_HELP)
     add_progress_option(ev)
     ev.set_defaults(func=run_evolve_cmd)
 
@@ -36,7 +62,8 @@ def run_evolve_cmd(args: argparse.Namespace) -> int:
     at_least_one(args, "cycles")
     if args.cycles is not None:
         config.cycles = args.cycles
-    outcomes = run_evolve(config, progress=not args.no_progress)
+    clients = every_role_clients(args, config)
+    outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
     print_outcomes(config, outcomes)
     return 0
 
@@ -44,7 +71,7 @@ def run_evolve_cmd(args: argparse.Namespace) -> int:
 def register_tune(sub: argparse._SubParsersAction) -> None:
     tu = sub.add_parser(
         "tune",
-        help="Optuna study over AWE's update_freq, short_term_len, top_k",
+        help="Optuna study over a policy's memory options (the YAML's search_space)",
         description="Adds `trials` trials to the study named in the YAML "
         "(rerunning grows the same study); the paper's default (2, 4, 30) is "
         "the first trial. Prints the best trials.",
@@ -53,6 +80,7 @@ def register_tune(sub: argparse._SubParsersAction) -> None:
     tu.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/tune/awe.yaml")
     tu.add_argument("--trials", type=int, help="override the number of trials to add")
     add_format_option(tu)
+    add_endpoint_options(tu, EVERY_ROLE_HELP)
     add_progress_option(tu)
     tu.set_defaults(func=run_tune_cmd)
 
@@ -65,7 +93,12 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     at_least_one(args, "trials")
     if args.trials is not None:
         config.trials = args.trials
-    print(format_outcome(run_tune(config, progress=not args.no_progress), args.format))
+    clients = every_role_clients(args, config)
+    print(
+        format_outcome(
+            run_tune(config, progress=not args.no_progress, clients=clients), args.format
+        )
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.core.tables import format_number, format_table, metric_column, objective_first
+from memloop.experiments.commands.optimize_cmd import every_role_clients
 from memloop.experiments.commands.options import (
     add_cycles_option,
     add_endpoint_options,
@@ -21,7 +22,6 @@ from memloop.experiments.commands.options import (
     add_progress_option,
     add_tracking_uri_option,
     at_least_one,
-    endpoint_ref,
 )
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
@@ -63,22 +63,14 @@ def run_quickstart(args: argparse.Namespace) -> int:
     from memloop.results.plots import plot_cycles
 
     started = time.perf_counter()
-    endpoint = endpoint_ref(args)
     config = load_config(args.config, EvolveConfig)
     at_least_one(args, "cycles")
     if args.cycles is not None:
         config.cycles = args.cycles
-    if args.endpoint:
-        for role in ("agent", "user_sim", "checker", "optimizer"):
-            setattr(config.endpoints, role, args.endpoint)
+    clients = every_role_clients(args, config)
     if args.tracking_uri:
         config.tracking_uri = args.tracking_uri
     config.out_dir = args.out
-    from memloop.optimize.context import role_clients
-    from memloop.runs.inputs import roles
-
-    # --model: every role on that endpoint, as --endpoint with its file
-    clients = role_clients(config.endpoints) if args.model is None else roles(endpoint)
     outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
     evolving = [o for o in outcomes if o.evolver != "none"]
     shown = evolving[-1] if evolving else outcomes[-1]

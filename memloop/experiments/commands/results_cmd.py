@@ -22,7 +22,9 @@ def register_compare(sub: argparse._SubParsersAction) -> None:
     )
     cmp.add_argument("--experiment", required=True, help="MLflow experiment name")
     cmp.add_argument(
-        "--run", help="run name or id whose first/best prompt diff to show (default: the best run)"
+        "--run",
+        help="run name or id whose first/best prompt diff to show (default: the evolving run "
+        "with the best headline score)",
     )
     cmp.add_argument(
         "--to",

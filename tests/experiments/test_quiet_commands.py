@@ -1,0 +1,92 @@
+"""Issue 44: no third-party warning or traceback in a command's normal output.
+
+Read from the commands themselves: `memloop tune` and `memloop evolve` run as a user runs them (a
+process of their own, the fake endpoint for every role, a new memloop cache folder so that
+MLflow's schema is made by its own migrations, a new Optuna store), and their stderr is read.
+The cases issue 44 found: matplotlib's tight_layout warnings on tune's figures (three options:
+a slice panel each), Optuna's failed-trial warning with its traceback before memloop's one line,
+and SQLAlchemy's deprecation warnings from the stores' schema migrations (the stores are made
+here; Python shows no DeprecationWarning outside __main__ unless asked to, so none appears).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from memloop.testing import FakeOpenAIServer, evolve_loop_reply
+from memloop.testing.commands import write_small_evolve, write_small_tune
+
+
+def memloop(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MEMLOOP_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTHONWARNINGS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "memloop", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+def endpoints(tmp_path: Path, fake: FakeOpenAIServer) -> dict[str, str]:
+    endpoint = tmp_path / "fake.yaml"
+    endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n")
+    return {role: str(endpoint) for role in ("agent", "user_sim", "checker", "optimizer")}
+
+
+def write_tune(tmp_path: Path, fake: FakeOpenAIServer) -> Path:
+    return write_small_tune(
+        tmp_path,
+        "quiet",
+        trials=2,
+        # three options: Optuna's slice plot has a panel each (tight_layout warned on such)
+        search_space={
+            "update_freq": [2, 4],
+            "short_term_len": [0, 4],
+            "reply_max_tokens": [32, 64],
+        },
+        endpoints=endpoints(tmp_path, fake),
+        parallel_users=1,
+    )
+
+
+def test_a_tune_prints_no_library_warning(tmp_path):
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        done = memloop(tmp_path, "tune", str(write_tune(tmp_path, fake)), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "2 finished trials" in done.stdout
+    assert done.stderr == ""
+    # its stores were made here, by the migrations whose warnings are kept out
+    assert (tmp_path / "mlruns" / "mlflow.db").is_file()
+    assert (tmp_path / "mlruns" / "optuna.db").is_file()
+    assert list((tmp_path / "cache" / "mlflow-schema").glob("*.db"))
+
+
+def test_a_failing_trial_is_memloops_one_line_without_optunas_traceback(tmp_path):
+    with FakeOpenAIServer(reply=evolve_loop_reply, failures=[404] * 100) as fake:
+        done = memloop(tmp_path, "tune", str(write_tune(tmp_path, fake)), "--no-progress")
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memloop: error: "), done.stderr
+    assert "Traceback" not in done.stderr and "failed with parameters" not in done.stderr
+
+
+def test_an_evolve_prints_no_library_warning(tmp_path):
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        path = write_small_evolve(
+            tmp_path,
+            "quiet",
+            (1, 1, 1),
+            periods=1,
+            questions=1,
+            cycles=2,
+            endpoints=endpoints(tmp_path, fake),
+        )
+        done = memloop(tmp_path, "evolve", str(path), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
