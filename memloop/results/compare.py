@@ -54,6 +54,16 @@ from memloop.runs import tracker
 from memloop.runs.cycles import CycleRecord, Selection
 
 
+def default_diff_run(rows: list[RunRow]) -> RunRow:
+    """The run whose prompts `prompt_diff` shows unless told.
+
+    The evolving run (neither its feedback mode nor its evolver `none`) with the best headline
+    score, the first on a tie; a no-evolution run only when there is no other.
+    """
+    evolving = [r for r in rows if "none" not in (r.evolver, r.feedback_mode)]
+    return max(evolving or rows, key=lambda r: -1e9 if r.selected is None else r.selected)
+
+
 def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: str = "best") -> str:
     """Unified diff between the first cycle's prompts and the selected (or last) cycle's.
 
@@ -70,8 +80,7 @@ def prompt_diff(tracking_uri: str, rows: list[RunRow], which: str | None, to: st
             raise UserError(f"no run {which!r}; runs: {', '.join(r.name for r in candidates)}")
         row = chosen[0]
     else:
-        evolving = [r for r in candidates if "none" not in (r.evolver, r.feedback_mode)]
-        row = max(evolving or candidates, key=lambda r: -1e9 if r.selected is None else r.selected)
+        row = default_diff_run(candidates)
     mlc = tracker.client(tracking_uri, create=False)  # read only: never a new store
 
     if to == "best" and row.selection is not None:

@@ -472,3 +472,22 @@ def test_a_single_group_keeps_its_layout(two_models):
     assert "=== group" not in table and NO_BASELINE not in table and OLDER not in table
     body = table.split("\nmean diff:")[0]
     assert body == sections(result["table"])[0].split(" ===\n", 1)[1].rstrip("\n")
+
+
+def test_the_default_prompt_diff_is_the_best_evolving_runs_never_the_no_evolution_run():
+    from types import SimpleNamespace
+
+    from memloop.results.compare import default_diff_run
+
+    def run(name, mode, evolver, selected):
+        return SimpleNamespace(name=name, feedback_mode=mode, evolver=evolver, selected=selected)
+
+    baseline = run("none", "none", "none", 0.9)  # the best score, but nothing evolved
+    first = run("complete-edits", "complete", "edits", 0.4)
+    better = run("complete-reflective", "complete", "reflective", 0.6)
+    unscored = run("brief-playbook", "brief", "playbook", None)
+    no_evolver = run("complete-none", "complete", "none", 0.95)
+    rows = [baseline, first, better, unscored, no_evolver]
+    assert default_diff_run(rows) is better
+    assert default_diff_run([baseline, first, run("tie", "brief", "edits", 0.4)]) is first
+    assert default_diff_run([baseline, no_evolver]) is no_evolver
