@@ -17,6 +17,17 @@ class CheckReport:
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     outcomes: list[tuple[str, str | None]] = field(default_factory=list)  # (check, problem|None)
+    section: str = ""  # the part of the suite running now: each outcome is recorded under it
+    sections: list[str] = field(default_factory=list)  # each outcome's section, in order
+
+    def grouped(self) -> list[tuple[str, list[tuple[str, str | None]]]]:
+        """The outcomes by section, in the order they were recorded."""
+        groups: list[tuple[str, list[tuple[str, str | None]]]] = []
+        for section, outcome in zip(self.sections, self.outcomes, strict=True):
+            if not groups or groups[-1][0] != section:
+                groups.append((section, []))
+            groups[-1][1].append(outcome)
+        return groups
 
     @property
     def ok(self) -> bool:
@@ -26,6 +37,7 @@ class CheckReport:
         """Record ``check``; when ``condition`` is false, also record ``problem``."""
         self.checks.append(check)
         self.outcomes.append((check, None if condition else problem))
+        self.sections.append(self.section)
         if not condition:
             self.problems.append(problem)
         return condition

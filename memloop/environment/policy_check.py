@@ -360,6 +360,19 @@ CHECKS: tuple[Callable[[_Run], bool], ...] = (
 )
 
 
+SECTIONS: dict[Callable[[_Run], bool], str] = {
+    _members: "the contract's members",
+    _holds_the_conversation: "a conversation",
+    _probes_never_write: "answers and probes (memory unchanged)",
+    _mutable_prompts: "memory-write prompts",
+    _checkpoint_round_trip: "checkpoint and restore",
+    _ingest_replays: "ingest (a replayed conversation)",
+    _same_script_same_records: "the same script, the same records",
+    _close_twice: "close",
+}
+"""Each check's heading in `memloop policy check`'s report."""
+
+
 def check_policy(
     policy_factory: Callable[[], Any],
     *,
@@ -403,6 +416,7 @@ def check_policy(
         )
         try:
             for check in CHECKS:
+                report.section = SECTIONS[check]
                 if not check(run):
                     break
         finally:

@@ -154,3 +154,23 @@ def test_the_program_sets_its_gc_thresholds_and_an_import_does_not():
         assert gc.get_threshold() == PROGRAM_GC_THRESHOLDS == (50_000, 20, 100)
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_check_report_groups_its_outcomes_by_the_section_they_ran_in():
+    from memloop.core.checks import CheckReport
+
+    report = CheckReport(name="p")
+    report.section = "members"
+    report.expect(True, "has a name", "no name")
+    report.expect(False, "has a view", "no view")
+    report.section = "close"
+    report.expect(True, "closes twice", "raised")
+    assert report.grouped() == [
+        ("members", [("has a name", None), ("has a view", "no view")]),
+        ("close", [("closes twice", None)]),
+    ]
+    assert report.problems == ["no view"] and report.checks == [
+        "has a name",
+        "has a view",
+        "closes twice",
+    ]

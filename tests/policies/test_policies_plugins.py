@@ -142,6 +142,13 @@ def test_the_example_passes_policy_check_and_runs_through_eval(tmp_path, endpoin
     out = capsys.readouterr().out
     assert "keyword-memory: meets the Policy contract" in out
     assert "FAIL" not in out and out.count("  ok  ") > 20
+    # grouped: each check's lines under its heading, the headings in the suite's order
+    from memloop.environment.policy_check import SECTIONS
+
+    lines = out.splitlines()[1:-1]  # between the policy's line and the verdict
+    headings = [line.removesuffix(":") for line in lines if not line.startswith("  ok  ")]
+    assert headings == list(SECTIONS.values())
+    assert all(line.startswith("  ok  ") for line in lines[1:] if line[:-1] not in headings)
     assert evaluate(EXAMPLE / "policy.yaml", endpoint, tmp_path, tmp_path / "run") == 0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["users"] == 2 and metrics["questions"] > 0

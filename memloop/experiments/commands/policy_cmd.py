@@ -71,8 +71,10 @@ def run_check(args: argparse.Namespace) -> int:
             first = printable(f"{type(exc).__name__}: {exc}".splitlines()[0])
             print(f"FAIL the suite stopped: the policy raised {first}")
             return 2
-    for check, problem in report.outcomes:
-        print(f"  ok  {check}" if problem is None else f"FAIL {check}: {printable(problem)}")
+    for section, outcomes in report.grouped():  # under each check's heading
+        print(f"{section}:")
+        for check, problem in outcomes:
+            print(f"  ok  {check}" if problem is None else f"FAIL {check}: {printable(problem)}")
     if report.problems:
         broken = len(report.problems)
         print(f"{name}: {broken} broken promise(s) of the Policy contract")
