@@ -67,6 +67,8 @@ def no_progress_bars(monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(tqdm, "tqdm", Quiet)
+    # and no plain progress lines (drawn instead of bars when stderr is not a terminal)
+    monkeypatch.setattr("memloop.environment.episode.on_terminal", lambda: True)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ Layout of a run folder, per user:
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -298,6 +299,11 @@ class EpisodeProgress:
     response cache) is refreshed by a timer twice a second, from the users' usage trackers,
     never from a model call: counting costs the calls nothing. Disabled, it draws nothing and
     starts no thread.
+
+    When stderr is not a terminal (a log file, a pipe), there are no bars: each finished user is
+    one plain line with the users and periods done, the time elapsed and the time left (from the
+    periods run in this process; periods resumed from checkpoints took no time and are left out
+    of the rate).
     """
 
     TICK_S = 0.5
@@ -316,15 +322,24 @@ class EpisodeProgress:
         from tqdm import tqdm
 
         self.enabled = enabled
+        self.plain = enabled and not on_terminal()  # lines, not bars
+        drawn = enabled and not self.plain
         self.groups = groups or {}
         prefix = f"{printable(label)} · " if label else ""  # a policy's or condition's name
         names = list(dict.fromkeys(self.groups.get(it.id, "") for it in items)) or [""]
+        # a disabled tqdm keeps no description: the plain lines read these
+        self._desc = {
+            name: f"{prefix}{printable(name)} users" if name else f"{prefix}users" for name in names
+        }
+        self._totals = {
+            name: sum(1 for it in items if self.groups.get(it.id, "") == name) for name in names
+        }
         self.user_bars = {
             name: tqdm(
-                total=sum(1 for it in items if self.groups.get(it.id, "") == name),
-                desc=f"{prefix}{printable(name)} users" if name else f"{prefix}users",
+                total=self._totals[name],
+                desc=self._desc[name],
                 unit="user",
-                disable=not enabled,
+                disable=not drawn,
                 position=i,
             )
             for i, name in enumerate(names)
@@ -333,16 +348,20 @@ class EpisodeProgress:
             total=total_periods,
             desc=f"{prefix}periods",
             unit="period",
-            disable=not enabled,
+            disable=not drawn,
             position=len(names),
         )
+        self._began = time.monotonic()
+        self._total_periods = total_periods
+        self._counts = {name: 0 for name in names}  # users done per group
+        self._periods = [0, 0]  # periods done, of which resumed from checkpoints
         self._lock = threading.Lock()
         self._running: list[UsageTracker] = []
         self._done = [0, 0]  # calls sent, answers from the cache, of the users finished
         self._shown = ""
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
-        if enabled:
+        if drawn:
             self._timer = threading.Thread(target=self._tick, daemon=True)
             self._timer.start()
 
@@ -359,19 +378,46 @@ class EpisodeProgress:
             self._done[1] += int(total["cached_calls"])
 
     def user_done(self, user_id: str) -> None:
-        self.user_bars[self.groups.get(user_id, "")].update(1)
+        name = self.groups.get(user_id, "")
+        self.user_bars[name].update(1)
+        if self.plain:
+            with self._lock:
+                self._counts[name] += 1
+                line = self._line(name)
+            print(f"{line} · {self._calls()}", file=sys.stderr, flush=True)
 
-    def period_done(self, n: int = 1) -> None:
+    def period_done(self, n: int = 1, *, resumed: bool = False) -> None:
+        """`n` periods finished; `resumed`: read back from checkpoints, run earlier."""
         self.periods.update(n)
+        with self._lock:
+            self._periods[0] += n
+            self._periods[1] += n if resumed else 0
 
-    def _show(self) -> None:
+    def _line(self, name: str) -> str:
+        """A finished user's plain line: users and periods done, time elapsed and left."""
+        done, resumed = self._periods
+        elapsed = time.monotonic() - self._began
+        total, ran = self._total_periods, done - resumed
+        left = ""
+        if ran and done < total:  # the rate of the periods run here, over the ones to come
+            left = f", ~{_duration(elapsed / ran * (total - done))} left"
+        return (
+            f"{self._desc[name]}: {self._counts[name]}/{self._totals[name]} done · "
+            f"periods {done}/{total} · {_duration(elapsed)} elapsed{left}"
+        )
+
+    def _calls(self) -> str:
+        """`calls=N cached=M`: the model calls so far, of the users done and under way."""
         with self._lock:
             running = list(self._running)
             sent, cached = self._done
         for usage in running:  # the users under way: at most the parallel users
             total = usage.summary()["total"]
             sent, cached = sent + int(total["calls"]), cached + int(total["cached_calls"])
-        text = f"calls={sent}" + (f" cached={cached}" if cached else "")
+        return f"calls={sent}" + (f" cached={cached}" if cached else "")
+
+    def _show(self) -> None:
+        text = self._calls()
         if text != self._shown:
             self._shown = text
             self.periods.set_postfix_str(text, refresh=True)
@@ -388,6 +434,21 @@ class EpisodeProgress:
         self.periods.close()
         for bar in self.user_bars.values():
             bar.close()
+
+
+def on_terminal() -> bool:
+    """Whether stderr, where progress goes, is a terminal (bars) or a file or pipe (lines)."""
+    return sys.stderr.isatty()
+
+
+def _duration(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`, `1 h 02 min`."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def run_episodes(
@@ -452,7 +513,7 @@ def run_episodes(
                     replay=replay,
                     on_period=lambda _p: bars.period_done(),
                 )
-                bars.period_done(already[item.id])
+                bars.period_done(already[item.id], resumed=True)
                 result = runner.run()
                 result.usage = usage.summary()
             finally:

@@ -563,7 +563,10 @@ def test_tables_escape_the_names_in_their_cells(fmt):
     assert "\u202e" not in table and "\x1b" not in table
 
 
-def test_eval_escapes_a_policy_name_and_a_user_id_in_its_bars_and_errors(tmp_path, capsys, fake):
+def test_eval_escapes_a_policy_name_and_a_user_id_in_its_bars_and_errors(
+    tmp_path, capsys, fake, monkeypatch
+):
+    monkeypatch.setattr("memloop.environment.episode.on_terminal", lambda: True)  # bars
     policy, line = plugin(tmp_path, "respond", name=f"diary-{EVIL}")
     items = generate_procedural(users=1, periods=1, questions=1, seed=5)
     items[0].id = f"user-{EVIL}"

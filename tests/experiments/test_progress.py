@@ -15,7 +15,13 @@ from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scr
 from memloop.testing.commands import small_evolve
 
 
-def test_an_evolve_s_bars_name_condition_cycle_split_and_calls(tmp_path, capsys):
+@pytest.fixture
+def terminal(monkeypatch):
+    """stderr taken for a terminal: bars are drawn (captured, it is a file)."""
+    monkeypatch.setattr("memloop.environment.episode.on_terminal", lambda: True)
+
+
+def test_an_evolve_s_bars_name_condition_cycle_split_and_calls(tmp_path, capsys, terminal):
     from memloop.optimize.evolve import run_evolve
 
     config = small_evolve(
@@ -41,7 +47,7 @@ def test_an_evolve_s_bars_name_condition_cycle_split_and_calls(tmp_path, capsys)
     assert capsys.readouterr().err == ""
 
 
-def test_the_calls_are_shown_while_a_period_runs_from_a_timer(monkeypatch, capsys):
+def test_the_calls_are_shown_while_a_period_runs_from_a_timer(monkeypatch, capsys, terminal):
     monkeypatch.setattr(EpisodeProgress, "TICK_S", 0.02)
     items = generate_procedural(users=2, periods=1, questions=1, seed=0)
     bars = EpisodeProgress(
@@ -62,6 +68,48 @@ def test_the_calls_are_shown_while_a_period_runs_from_a_timer(monkeypatch, capsy
     err = capsys.readouterr().err
     assert "eval awi · val users" in err and "eval awi · test users" in err
     assert "eval awi · periods" in err and "calls=2 cached=1" in err
+
+
+def test_not_on_a_terminal_each_finished_user_is_one_plain_line(tmp_path, capsys):
+    """A log file or a pipe: no bar fragments, a line per finished user with the time left."""
+    from memloop.optimize.evolve import run_evolve
+
+    config = small_evolve(
+        tmp_path, "lines", (1, 1, 2), periods=2, questions=1, evolvers=["playbook"], cycles=1
+    )
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        roles = fake_roles(fake.base_url, tmp_path / "c.sqlite")
+        run_evolve(config, progress=True, clients=roles, builder=scripted_builder())
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err  # no bar redrawn, no cursor moves
+    lines = [line for line in err.splitlines() if "cycle 0 · " in line]
+    # the cycle's evaluation: 4 users of 3 periods each (period 0 and 2 updates), in splits
+    shape = re.compile(
+        r"complete/playbook cycle 0 · (train|val|test) users: (\d)/(\d) done · "
+        r"periods (\d+)/12 · \d+ s elapsed(, ~\d+ s left)? · calls=\d+( cached=\d+)?"
+    )
+    matched = [shape.fullmatch(line) for line in lines]
+    assert len(lines) == 4 and all(matched), lines
+    done = [int(m.group(4)) for m in matched if m]
+    assert done == sorted(done) and done[-1] == 12
+    assert ", ~" not in lines[-1] and all(", ~" in line for line in lines[:-1])
+    assert {(m.group(1), m.group(3)) for m in matched if m} == {
+        ("train", "1"),
+        ("val", "1"),
+        ("test", "2"),
+    }
+
+
+def test_a_duration_reads_in_seconds_minutes_or_hours():
+    from memloop.environment.episode import _duration
+
+    assert [_duration(s) for s in (0.4, 59.6, 65, 3599, 3725)] == [
+        "0 s",
+        "1 min 00 s",
+        "1 min 05 s",
+        "59 min 59 s",
+        "1 h 02 min",
+    ]
 
 
 def test_disabled_bars_draw_nothing_and_start_no_thread(capsys):
