@@ -436,6 +436,17 @@ class EpisodeProgress:
             bar.close()
 
 
+def resumed_line(episodes: list[EpisodeResult]) -> str | None:
+    """What a rerun found done, as a line (None when every user started afresh)."""
+    found = [e.resumed_from for e in episodes if e.resumed_from]
+    if not found:
+        return None
+    return (
+        f"resumed from checkpoints: {sum(found)} period(s) of {len(found)} of "
+        f"{len(episodes)} user(s) were done before this run, and were not run again"
+    )
+
+
 def on_terminal() -> bool:
     """Whether stderr, where progress goes, is a terminal (bars) or a file or pipe (lines)."""
     return sys.stderr.isatty()

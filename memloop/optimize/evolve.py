@@ -10,6 +10,7 @@ cycle on the same users.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,13 @@ def run_evolve(
             f"search={search.name}{again}",
             flush=True,
         )
+        finished = next(k for k in itertools.count() if ctx.store.record(k) is None)
+        if finished:  # a rerun: say what it found before it goes on
+            print(
+                f"   resuming {ctx.run_dir}: cycle(s) 0-{finished - 1} already finished "
+                "(read back, not run again)",
+                flush=True,
+            )
         outcome = ctx.run(search.cycles(ctx))
         log_run_figure(ctx, outcome)
         outcomes.append(outcome)

@@ -10,6 +10,7 @@ same path adds (here: a resume, then a run served from the cache) is checked on 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -72,6 +73,9 @@ def killed_and_resumed(tmp_path: Path, base_url: str) -> None:
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert new_requests(fresh.stdout) == 0
     assert new_requests(resumed.stdout) > 0
+    # the rerun says what it found: the periods the killed run finished, of the one user
+    assert re.search(r"resumed from checkpoints: [12] period\(s\) of 1 of 1 user", resumed.stdout)
+    assert "resumed from" not in fresh.stdout
 
     def read(out: str) -> tuple[str, dict]:
         folder = tmp_path / out

@@ -61,13 +61,16 @@ def mlflow_client(config):
 
 
 @pytest.mark.parametrize("search", ["episode", "period"])
-def test_two_cycles_logged_and_rerun_is_free(tmp_path, search):
+def test_two_cycles_logged_and_rerun_is_free(tmp_path, search, capsys):
     with FakeOpenAIServer(reply=fake_reply) as fake:
         config, outcomes = run(tmp_path, fake, search=search)
+        assert "resuming" not in capsys.readouterr().out
         sent = len(fake.requests)
         _, again = run(tmp_path, fake, search=search)
         assert len(fake.requests) == sent  # everything resumed from checkpoints or the cache
     (o,) = outcomes
+    last = len(o.cycles) - 1  # the rerun says what it found
+    assert f"resuming {o.run_dir}: cycle(s) 0-{last} already finished" in capsys.readouterr().out
     assert again[0].run_id == o.run_id
     assert [c.model_dump() for c in again[0].cycles] == [c.model_dump() for c in o.cycles]
     mlc = mlflow_client(config)

@@ -107,7 +107,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
     from memloop.core.files import json_sha256
     from memloop.environment.datafile import load_items
-    from memloop.environment.episode import requests_sent, run_episodes
+    from memloop.environment.episode import requests_sent, resumed_line, run_episodes
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
@@ -180,6 +180,8 @@ def run_eval(args: argparse.Namespace) -> int:
             )
             done = sum(len(e.records) for e in episodes)
             print(f"recorded {len(episodes)} users, {done} periods in {out / 'episodes'}")
+            if resumed := resumed_line(episodes):
+                print(resumed)
             print(f"new model requests this run: {requests_sent(episodes)}")
             print(f"score a policy on it: memloop eval --replay {out} --policy YAML --out DIR ...")
             return 0
@@ -209,6 +211,8 @@ def run_eval(args: argparse.Namespace) -> int:
             f"warning: {note}", 100, subsequent_indent="  ", break_on_hyphens=False
         )
         print(wrapped, file=info)
+    if resumed := resumed_line(result.episodes):
+        print(resumed, file=info)
     print(f"new model requests this run: {result.new_requests}", file=info)
     print(
         f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}",
