@@ -51,6 +51,48 @@ class Table:
     align: str
     group: int | None = None  # its group of runs, when there are several
 
+    @property
+    def name(self) -> str:
+        """Its title up to the first parenthesis or colon (`marginal`, `within each run`)."""
+        return self.title.split(" (")[0].split(":")[0].strip()
+
+
+def csv_parts(blocks: list[Block]) -> list[tuple[str, int | None, str]]:
+    """The tables of `blocks` as `one_csv` takes them."""
+    return [
+        (b.name, b.group, format_table(b.headers, b.rows, align=b.align, fmt="csv"))
+        for b in blocks
+        if isinstance(b, Table)
+    ]
+
+
+def one_csv(tables: list[tuple[str, int | None, str]]) -> str:
+    """Several CSV tables, each (name, group of runs or None, its own CSV text), as one table.
+
+    A first column `table` (the name), `group` when any table has one, then every table's
+    columns in the order they first appear; a row leaves the columns of other tables empty.
+    One header, so `pandas.read_csv` and spreadsheets read the whole output.
+    """
+    import csv
+    import io
+
+    several = any(group is not None for _, group, _ in tables)
+    columns: list[str] = []
+    parsed = []
+    for name, group, text in tables:
+        head, *rows = list(csv.reader(io.StringIO(text)))
+        columns += [c for c in head if c not in columns]
+        parsed.append((name, group, head, rows))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["table", *(["group"] if several else []), *columns])
+    for name, group, head, rows in parsed:
+        for row in rows:
+            cells = dict(zip(head, row, strict=True))
+            lead = [name, *([group if group is not None else ""] if several else [])]
+            writer.writerow([*lead, *(cells.get(c, "") for c in columns)])
+    return out.getvalue().rstrip("\n")
+
 
 @dataclass
 class Heading:
@@ -117,7 +159,7 @@ def format_rows(rows: list[RunRow], fmt: str = "table") -> str:
     """The tables, group by group when the runs are of several settings, then the notes.
 
     `fmt`: aligned text within 100 columns (`table`), Markdown (`md`), or the tables alone as
-    CSV blocks separated by a blank line (`csv`; a first column `group` when there are several).
+    one CSV table (`csv`: `one_csv`, a first column `table`, then `group` when there are several).
     """
     return render(compare_blocks(rows), fmt)
 
@@ -146,18 +188,8 @@ def render(blocks: list[Block], fmt: str = "table") -> str:
     """`blocks` as text (lines wrapped at 100 columns), Markdown, or their tables as CSV."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    tables = [b for b in blocks if isinstance(b, Table)]
     if fmt == "csv":
-        several = any(t.group is not None for t in tables)
-        return "\n\n".join(
-            format_table(
-                ["group", *t.headers] if several else t.headers,
-                [[t.group, *r] for r in t.rows] if several else t.rows,
-                align=("r" if several else "") + t.align,
-                fmt="csv",
-            )
-            for t in tables
-        )
+        return one_csv(csv_parts(blocks))
     lines: list[str] = []
     for b in blocks:
         if isinstance(b, Table):

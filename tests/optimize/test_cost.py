@@ -7,6 +7,8 @@ tests count calls and compare with that.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -197,11 +199,9 @@ def test_mlflow_and_compare_show_the_runs_cost(priced_evolve, capsys):
     )
     argv = ["compare", "--experiment", config.experiment, "--tracking-uri", config.tracking_uri]
     assert main([*argv, "--format", "csv"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    head = next(line for line in lines if line.startswith("condition,selected"))
-    row = lines[lines.index(head) + 1].split(",")
-    assert head.split(",")[-1] == "cost $"
-    assert math.isclose(float(row[-1]), total, abs_tol=5e-5)
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    (marginal,) = [r for r in rows if r["table"] == "marginal"]
+    assert math.isclose(float(marginal["cost $"]), total, abs_tol=5e-5)
 
 
 def test_an_evaluations_table_ends_with_its_cost(priced_evolve):

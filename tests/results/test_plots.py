@@ -305,7 +305,19 @@ def test_the_quickstart_logs_its_figure_to_each_of_its_runs(tmp_path, capsys):
         argv = ["quickstart", "--config", str(tmp_path / "quickstart.yaml"), "--cycles", "1"]
         argv += ["--endpoint", str(tmp_path / "endpoint.yaml"), "--out", str(tmp_path / "out")]
         assert main([*argv, "--tracking-uri", uri, "--no-progress"]) == 0
-    assert f"plot: {tmp_path / 'out' / 'quickstart.png'}" in capsys.readouterr().out
+        assert f"plot: {tmp_path / 'out' / 'quickstart.png'}" in capsys.readouterr().out
+        # rerun from the cache, as CSV: one table (a `table` column), the rest on stderr
+        assert main([*argv, "--tracking-uri", uri, "--no-progress", "--format", "csv"]) == 0
+    import io
+
+    import pandas
+
+    out = capsys.readouterr().out
+    frame = pandas.read_csv(io.StringIO(out), dtype=str, keep_default_na=False)
+    assert list(frame.columns[:3]) == ["table", "condition", "selected"]
+    assert {"marginal", "within each run", "per cycle"} <= set(frame["table"])
+    per_cycle = frame[frame["table"] == "per cycle"]
+    assert list(per_cycle["cycle"]) == ["0", "0"]  # 2 runs x their one cycle (--cycles 1)
     for ext in (".png", ".pdf", ".svg"):
         assert (tmp_path / "out" / f"quickstart{ext}").stat().st_size > 1000
     mlc = tracker.client(uri, create=False)

@@ -131,14 +131,24 @@ def test_compare_writes_csv_and_markdown(experiment, capsys):
     argv = ["compare", "--experiment", "tables", "--tracking-uri", experiment.tracking_uri]
     assert main([*argv, "--format", "csv"]) == 0
     out, err = capsys.readouterr()
-    blocks = out.strip().split("\n\n")
-    tables = [list(csv.reader(io.StringIO(block))) for block in blocks]
-    assert tables[0][0] == MARGINAL
-    assert [len(r) for r in tables[0]] == [len(MARGINAL)] * 3  # the two runs
-    assert tables[1][0] == ["condition", "cycles", "n", "mean diff", "95% CI"] + [
-        "p (sign-flip)",
-        "up/tied/down",
+    # one table (one header), a `table` column naming each row's table: pandas reads it whole
+    import pandas
+
+    frame = pandas.read_csv(io.StringIO(out), dtype=str, keep_default_na=False)
+    assert list(frame.columns[: 1 + len(MARGINAL)]) == ["table", *MARGINAL]
+    assert list(dict.fromkeys(frame["table"])) == [
+        "marginal",
+        "within each run",
+        "paired with the baseline none/none on the same users",
     ]
+    marginal = frame[frame["table"] == "marginal"]
+    assert len(marginal) == 2  # the two runs
+    within = frame[frame["table"] == "within each run"]
+    paired = ["condition", "cycles", "n", "mean diff", "95% CI", "p (sign-flip)", "up/tied/down"]
+    assert set(paired) <= set(frame.columns) and len(within) == 2
+    assert (within["cycles"] != "").all() and (marginal["cycles"] == "").all()
+    rows = list(csv.reader(io.StringIO(out)))
+    assert all(len(r) == len(rows[0]) for r in rows)
     assert "run " in err and "prompts of cycle 0" in err  # the diff: not in the CSV
     assert main([*argv, "--format", "md"]) == 0
     out = capsys.readouterr().out

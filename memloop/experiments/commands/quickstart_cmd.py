@@ -8,6 +8,7 @@ diff; and a plot of memory score, state accuracy and factual recall per cycle.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -71,7 +72,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         config.tracking_uri = args.tracking_uri
     config.out_dir = args.out
-    outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
+    # with --format csv stdout holds the CSV alone: the runs' own lines go to stderr
+    with contextlib.redirect_stdout(sys.stderr if args.format == "csv" else sys.stdout):
+        outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
     evolving = [o for o in outcomes if o.evolver != "none"]
     shown = evolving[-1] if evolving else outcomes[-1]
     result = compare(config.tracking_uri, config.experiment_name, run=shown.run_id, to="last")
@@ -87,14 +90,18 @@ def run_quickstart(args: argparse.Namespace) -> int:
     mlc = tracker.client(config.tracking_uri)
     for row in result["rows"]:  # the comparison figure goes to every run it shows
         tracker.log_figure(mlc, row.run_id, [p for p in figures if p.suffix in (".png", ".svg")])
-    from memloop.results.tables import format_rows
+    from memloop.results.tables import compare_blocks, csv_parts, format_rows, one_csv
 
     fmt = args.format
     info = sys.stderr if fmt == "csv" else sys.stdout  # stdout: the CSV tables alone
-    print()
-    print(per_cycle_table(result["rows"], fmt))
-    print()
-    print(result["table"] if fmt == "table" else format_rows(result["rows"], fmt))
+    if fmt == "csv":  # one table: the comparison's tables and the per-cycle one
+        per_cycle = ("per cycle", None, per_cycle_table(result["rows"], fmt))
+        print(one_csv([*csv_parts(compare_blocks(result["rows"])), per_cycle]))
+    else:
+        print()
+        print(per_cycle_table(result["rows"], fmt))
+        print()
+        print(result["table"] if fmt == "table" else format_rows(result["rows"], fmt))
     print(file=info)
     print(f"```diff\n{result['diff']}\n```" if fmt == "md" else result["diff"], file=info)
     print(file=info)
