@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -75,9 +76,41 @@ def atomic_savefig(fig: Any, path: str | Path, **options: Any) -> Path:
     an empty or cut one. Returns ``path``.
     """
     target = Path(path)
+    drawable_texts(fig)
     with atomic_writer(target, "wb") as handle:
         fig.savefig(handle, format=target.suffix.lstrip(".").lower() or None, **options)
     return target
+
+
+MISSING_GLYPH = "\u25a1"  # □: drawn where the font has no glyph for a character
+
+
+def drawable_texts(fig: Any) -> None:
+    """Put MISSING_GLYPH where a text of `fig` has a character its font cannot draw.
+
+    matplotlib's fonts (DejaVu Sans unless the user chose another) have no CJK, Arabic, ...
+    glyphs: such a character (an experiment's name in a title) would be drawn as an empty box
+    anyway, with a warning per character. The box is drawn here on purpose, without warnings.
+    """
+    from matplotlib.font_manager import findfont
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        content = text.get_text()
+        if not content or content.isascii():
+            continue
+        glyphs = _charmap(findfont(text.get_fontproperties()))
+        fixed = "".join(c if c.isspace() or ord(c) in glyphs else MISSING_GLYPH for c in content)
+        if fixed != content:
+            text.set_text(fixed)
+
+
+@functools.lru_cache(maxsize=8)
+def _charmap(font_file: str) -> frozenset[int]:
+    """The code points `font_file` has glyphs for."""
+    from matplotlib.ft2font import FT2Font
+
+    return frozenset(FT2Font(font_file).get_charmap())
 
 
 def read_user_text(path: str | Path) -> str:

@@ -327,3 +327,33 @@ def test_the_quickstart_logs_its_figure_to_each_of_its_runs(tmp_path, capsys):
         assert {a.path for a in mlc.list_artifacts(run.info.run_id, "figures")} == {
             f"figures/{stem}{ext}" for stem in ("cycles", "quickstart") for ext in (".png", ".svg")
         }
+
+
+def test_a_non_latin_name_is_drawn_without_glyph_warnings(tmp_path):
+    """Characters the figure's font has no glyph for become a drawn box, with no warning."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from memloop.core.files import MISSING_GLYPH, atomic_savefig
+
+    fig, ax = plt.subplots()
+    fig.suptitle("实验 évolution")  # CJK: not in DejaVu Sans; é: in it
+    ax.plot([0, 1], [0, 1], label="données")
+    ax.legend()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a glyph warning would fail the save
+        atomic_savefig(fig, tmp_path / "f.png")
+        atomic_savefig(fig, tmp_path / "f.svg")
+    assert fig._suptitle.get_text() == f"{MISSING_GLYPH * 2} évolution"
+    assert ax.get_legend().get_texts()[0].get_text() == "données"
+    plt.close(fig)
+    # without the replacement matplotlib warns: the test sees the warning it prevents
+    fig, _ = plt.subplots()
+    fig.suptitle("实验")
+    with pytest.warns(UserWarning, match="missing from font"):
+        fig.savefig(tmp_path / "raw.png")
+    plt.close(fig)
