@@ -6,6 +6,7 @@ trial found by its heartbeat and retried."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import optuna
 import pytest
 import yaml
 
+from memloop.core.files import sqlite_file
 from memloop.feedback.records import SCORER_VERSION
 from memloop.optimize.config import TuneConfig, load_config
 from memloop.testing import (
@@ -234,12 +236,17 @@ def test_a_dead_workers_trial_is_found_by_its_heartbeat_and_retried(tmp_path):
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         proc = worker(path, fake.base_url, 0.5, tmp_path / "c.sqlite")
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # wait until its trial is running
+        # wait until its trial runs and has beaten once: Optuna never takes a running trial
+        # without a heartbeat for stale (a kill before the first beat left it running forever,
+        # seen on a loaded machine)
+        while time.monotonic() < deadline:
             try:
                 study = optuna.load_study(study_name="unit-awe", storage=config.storage)
                 if any(t.state == optuna.trial.TrialState.RUNNING for t in study.trials):
-                    break
-            except Exception:  # the storage or the study does not exist yet
+                    with sqlite3.connect(sqlite_file(config.storage)) as db:
+                        if db.execute("SELECT count(*) FROM trial_heartbeats").fetchone()[0]:
+                            break
+            except Exception:  # the storage, the study or its tables do not exist yet
                 pass
             time.sleep(0.2)
         proc.kill()
