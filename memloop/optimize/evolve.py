@@ -10,7 +10,6 @@ cycle on the same users.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +125,7 @@ def run_evolve(
             f"search={search.name}{again}",
             flush=True,
         )
-        finished = next(k for k in itertools.count() if ctx.store.record(k) is None)
+        finished = ctx.store.finished()
         if finished:  # a rerun: say what it found before it goes on
             print(
                 f"   resuming {ctx.run_dir}: cycle(s) 0-{finished - 1} already finished "

@@ -12,6 +12,7 @@ A search reads back what a killed run finished and redoes nothing that is on dis
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -44,6 +45,10 @@ class CycleStore:
     def record_file(self, k: int) -> Path:
         """Where cycle k's CycleRecord is (written last: the cycle is finished)."""
         return self.cycle_dir(k) / "cycle.json"
+
+    def finished(self) -> int:
+        """How many cycles, from cycle 0 on, have a saved record (none read)."""
+        return next(k for k in itertools.count() if not self.record_file(k).is_file())
 
     def record(self, k: int) -> CycleRecord | None:
         path = self.record_file(k)

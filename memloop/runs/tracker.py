@@ -230,11 +230,11 @@ def register_prompt(
     mlflow = mlflow_module()
     text = render_prompts(prompts)
     with process_lock, store_errors(uri_of(mlc)):
-        experiment_id = mlc.get_run(run_id).info.experiment_id
         existing = _versions(mlc, name)
         for v in existing:
             if v.tags.get("memloop.run_id") == run_id and v.tags.get("memloop.cycle") == str(cycle):
                 return int(v.version)
+        experiment_id = mlc.get_run(run_id).info.experiment_id
         same = [v for v in existing if v.template == text]
         if same:
             version = max(same, key=lambda v: int(v.version))

@@ -25,7 +25,7 @@ from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import sqlite_file, sqlite_problem, store_lock
-from memloop.core.settings import apply_offline_defaults
+from memloop.core.settings import apply_offline_defaults, cache_root
 
 process_lock = threading.Lock()
 
@@ -621,8 +621,8 @@ def _make_sqlite_store(db: Path, tracking_uri: str) -> None:
     _close_engines(tracking_uri, forget=False)  # pooled connections to the file replaced
 
 
-def _copy_schema(target: Path) -> bool:
-    """Copy MLflow's empty schema into `target` (a new file); False when none could be had.
+def _copy_schema(target: Path) -> None:
+    """Copy MLflow's empty schema into `target` (a new file), when one can be had.
 
     MLflow makes its schema by running every one of its migrations (seconds), and the result is
     the same for one MLflow version. So it is made once per version, into the memloop cache
@@ -639,8 +639,6 @@ def _copy_schema(target: Path) -> bool:
     from mlflow.store.db.utils import _initialize_tables
     from mlflow.version import VERSION
 
-    from memloop.core.settings import cache_root
-
     folder = cache_root() / "mlflow-schema"
     schema = folder / f"{VERSION}.db"
     making = folder / f".{schema.name}.{os.getpid()}-{secrets.token_hex(4)}.creating"
@@ -654,10 +652,8 @@ def _copy_schema(target: Path) -> bool:
                 engine.dispose()
             os.replace(making, schema)
         shutil.copyfile(schema, target)
-        return True
     except (OSError, sqlalchemy.exc.SQLAlchemyError):
         target.unlink(missing_ok=True)
-        return False
     finally:
         with contextlib.suppress(OSError):
             making.unlink(missing_ok=True)

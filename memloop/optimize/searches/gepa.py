@@ -548,11 +548,15 @@ class GepaSearch:
                 found = entry(k)
                 if k > 0 and found is None:
                     return  # the search is over: its budget ran out (or gepa.stop was made)
-                prompts = ctx.store.prompts(
-                    k, dict(ctx.initial_prompts) if found is None or k == 0 else found["candidate"]
-                )
+                if k == 0:  # the seed: its entry (if any) holds no candidate of its own
+                    proposed, val_score, leaks = dict(ctx.initial_prompts), seed_score, 0
+                else:
+                    assert found is not None
+                    proposed, val_score = found["candidate"], found["val_score"]
+                    leaks = found.get("leaks_rejected", 0)
+                prompts = ctx.store.prompts(k, proposed)
                 counted.add(candidate_id(prompts))
-                record = self.cycle_record(ctx, k, prompts, found, seed_score, history)
+                record = self.cycle_record(ctx, k, prompts, val_score, leaks, history)
                 record.seconds = round(record.seconds + searched, 1)
                 count_search_work(record, found, search_records(adapter.root, counted), done)
                 ctx.store.save(record)
@@ -566,8 +570,8 @@ class GepaSearch:
         ctx: SearchContext,
         k: int,
         prompts: dict[str, str],
-        found: dict[str, Any] | None,
-        seed_score: float,
+        val_score: float,
+        leaks: int,
         history: list[dict[str, Any]],
     ) -> CycleRecord:
         """Cycle k's record: its prompts evaluated on whole episodes of every split."""
@@ -580,10 +584,10 @@ class GepaSearch:
             results,
             seconds=time.perf_counter() - began,
             extra={
-                "gepa_val_score": seed_score if k == 0 or found is None else found["val_score"],
+                "gepa_val_score": val_score,
                 "feedback_omitted_questions": float(omitted_so_far(history).get(k, 0)),
             },
-            leaks_rejected=0 if k == 0 or found is None else found.get("leaks_rejected", 0),
+            leaks_rejected=leaks,
         )
 
 
