@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.memloop-installed
 
-.PHONY: demo check test test-scaleout test-fast lint format bench install clean-venv
+.PHONY: demo check test test-scaleout test-fast lint format bench install clean-venv chromium
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python >= 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 2; }
@@ -30,7 +30,14 @@ check: $(STAMP)
 # other down many times over).
 WORKERS = $(shell $(PYTHON) -c "import os; print(2 * (os.cpu_count() or 1))" 2>/dev/null || echo 2)
 
-test: $(STAMP)
+# The MLflow UI tests open pages in headless Chromium (Debian's; installed with apt when missing
+# and this is root).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
+	  { echo "need Chromium for the MLflow UI tests: apt-get install chromium"; exit 2; }
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
 	$(BIN)/python -m pytest -q --durations=10 -m "(real_model or slow) and not scaleout"
 
@@ -53,7 +60,7 @@ format: $(STAMP)
 	$(BIN)/ruff format memloop tests benchmarks examples
 
 # The first pass of `make test` alone: no model starts (about 3.5 min on 2 cores).
-test-fast: $(STAMP)
+test-fast: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
 
 bench: $(STAMP)

@@ -6,9 +6,12 @@ store, starts `memloop ui --experiment NAME` and measures:
 - seconds from the start of the command until the UI answers HTTP 200 on the printed address;
 - the UI's processes and their resident memory (from /proc, once it answers);
 - in headless Chromium (Debian's `chromium`), the DOM of the printed address after the page's
-  scripts ran: it must name the experiment's runs (the runs table, not an empty traces page).
-Writes benchmarks/results/mlflow_ui.json with the commit and a screenshot
-benchmarks/results/mlflow_ui.png.
+  scripts ran: it must name the experiment's runs (the runs table, not an empty traces page);
+- the pages a researcher opens next, as screenshots: the experiment's Prompts page, the chart
+  view (the objective's curves first), and one user's session as a trace (its conversation and
+  what the writer stored: the built store's writer stores what the user said, `writing_reply`).
+Writes benchmarks/results/mlflow_ui.json with the commit and the screenshots
+benchmarks/results/mlflow_ui*.png.
 
     apt-get install chromium          # once
     python benchmarks/mlflow_ui.py
@@ -21,13 +24,12 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
+
+from memloop.testing.browser import chromium, memloop_ui, rendered, screenshot
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +43,7 @@ def build_store(folder: Path) -> tuple[str, str, list[str]]:
     from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
     from memloop.runs import tracker
-    from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles
+    from memloop.testing import FakeOpenAIServer, fake_roles, writing_reply
 
     uri = f"sqlite:///{folder}/mlruns/mlflow.db"
     (folder / "awi.yaml").write_text("type: awi\n")
@@ -62,7 +64,7 @@ def build_store(folder: Path) -> tuple[str, str, list[str]]:
     }
     (folder / "exp.yaml").write_text(yaml.safe_dump(data))
     config = load_config(folder / "exp.yaml", EvolveConfig)
-    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+    with FakeOpenAIServer(reply=writing_reply) as fake:
         outcomes = run_evolve(config, progress=False, clients=fake_roles(fake.base_url, None))
     mlc = tracker.client(uri, create=False)
     names = [mlc.get_run(o.run_id).info.run_name for o in outcomes]
@@ -77,6 +79,20 @@ def run_names(uri: str, experiment: str) -> list[str]:
     if exp is None:
         sys.exit(f"no experiment {experiment!r} in {uri}")
     return [r.info.run_name for r in mlc.search_runs([exp.experiment_id], max_results=20)]
+
+
+def first_stored_trace(uri: str, experiment: str) -> tuple[str, str | None]:
+    """(experiment id, id of the first session trace in which memory gained a line)."""
+    from memloop.runs import tracker
+
+    mlc = tracker.client(uri, create=False)
+    exp_id = mlc.get_experiment_by_name(experiment).experiment_id
+    for t in mlc.search_traces(locations=[exp_id], max_results=200):
+        if t.info.tags.get("memloop.session") == "0" and t.data.spans[0].outputs.get(
+            "memory lines added"
+        ):
+            return exp_id, t.info.trace_id
+    return exp_id, None
 
 
 def process_tree(pid: int) -> list[int]:
@@ -111,21 +127,16 @@ def rss_mb(pids: list[int]) -> float:
     return total / 1024
 
 
-def free_port() -> int:
-    from memloop.testing.servers import free_port as pick
-
-    return pick()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tracking-uri", help="an existing store (default: build one)")
     ap.add_argument("--experiment", help="its experiment (with --tracking-uri)")
     ap.add_argument("--out", default=str(RESULTS / "mlflow_ui.json"))
     args = ap.parse_args()
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        sys.exit("needs Chromium: apt-get install chromium")
+    try:
+        chromium()
+    except RuntimeError as exc:
+        sys.exit(str(exc))
     with tempfile.TemporaryDirectory(prefix="memloop-ui-") as tmp:
         folder = Path(tmp)
         if args.tracking_uri:
@@ -135,56 +146,39 @@ def main() -> int:
             names = run_names(uri, experiment)
         else:
             uri, experiment, names = build_store(folder)
-        port = free_port()
-        memloop = Path(sys.executable).with_name("memloop")
-        cmd = [str(memloop), "ui", "--tracking-uri", uri, "--experiment", experiment]
-        started = time.perf_counter()
-        ui = subprocess.Popen(
-            [*cmd, "--port", str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+        cmd = f"memloop ui --tracking-uri {uri} --experiment {experiment}"
         try:
-            assert ui.stdout is not None
-            line = ui.stdout.readline()
-            match = re.search(r"(http://\S+)", line)
-            if match is None:
-                sys.exit(f"memloop ui printed no address: {line!r}")
-            address = match.group(1)
-            answered = None
-            while time.perf_counter() - started < 120:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
-                        if r.status == 200:
-                            answered = time.perf_counter() - started
-                            break
-                except OSError:
-                    time.sleep(0.1)
-            if answered is None:
-                sys.exit("the UI did not answer within 120 s")
-            pids = process_tree(ui.pid)
-            memory = rss_mb(pids)
-            shot = RESULTS / "mlflow_ui.png"
-            browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu"]
-            browser += ["--virtual-time-budget=20000", "--window-size=1400,900"]
-            dom = subprocess.run(
-                [*browser, "--dump-dom", address], capture_output=True, text=True, timeout=120
-            ).stdout
-            subprocess.run(
-                [*browser, f"--screenshot={shot}", address], capture_output=True, timeout=120
-            )
-        finally:
-            os.killpg(ui.pid, 15)
-            ui.wait(timeout=30)
+            with memloop_ui(uri, experiment) as ui:
+                address, answered = ui.address, ui.seconds
+                pids = process_tree(ui.pid)
+                memory = rss_mb(pids)
+                shot = RESULTS / "mlflow_ui.png"
+                dom = rendered(address)
+                screenshot(address, shot)
+                shots = [str(shot.relative_to(ROOT))]
+                exp_id, trace_id = first_stored_trace(uri, experiment)
+                base = address.split("#")[0]
+                pages = {
+                    "prompts": f"#/experiments/{exp_id}/prompts",
+                    "charts": f"#/experiments/{exp_id}/runs?compareRunsMode=CHART",
+                }
+                if trace_id is not None:
+                    pages["trace"] = (
+                        f"#/experiments/{exp_id}/traces?selectedEvaluationId={trace_id}"
+                    )
+                for name, path in pages.items():
+                    out = RESULTS / f"mlflow_ui_{name}.png"
+                    screenshot(base + path, out)
+                    shots.append(str(out.relative_to(ROOT)))
+        except RuntimeError as exc:
+            sys.exit(str(exc))
     shown = [n for n in names if n in dom]
     result = {
         "commit": subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip(),
-        "command": " ".join(cmd),
-        "address": address.replace(str(port), "PORT"),
+        "command": cmd,
+        "address": re.sub(r":\d+/", ":PORT/", address),
         "seconds_to_answer": round(answered, 2),
         "target_seconds": TARGET_S,
         "processes": len(pids),
@@ -192,7 +186,7 @@ def main() -> int:
         "runs": names,
         "runs_in_the_rendered_page": shown,
         "runs_table_rendered": bool(names) and len(shown) == len(names),
-        "screenshot": str(shot.relative_to(ROOT)),
+        "screenshots": shots,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

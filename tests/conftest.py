@@ -20,9 +20,20 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("MEMLOOP_MODELS_DIR", str(cache_root() / "models"))
     _session_root = Path(tempfile.mkdtemp(prefix="memloop-tests-"))
     os.environ["MEMLOOP_CACHE_DIR"] = str(_session_root / "cache")
+    # episode traces cost a store transaction per span: only the tests of traces log them
+    # (tests/runs/test_traces.py, tests/results/test_mlflow_ui_browser.py set it back)
+    os.environ["MEMLOOP_TRACES"] = "0"
+    # `memloop eval` logs to $MLFLOW_TRACKING_URI (else ./mlruns): never the checkout's store
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{_session_root}/mlruns/mlflow.db"
     from memloop.core.settings import apply_offline_defaults
 
     apply_offline_defaults()
+
+
+@pytest.fixture
+def traces_on(monkeypatch):
+    """Episode traces logged, as outside the tests (`MEMLOOP_TRACES` unset)."""
+    monkeypatch.delenv("MEMLOOP_TRACES")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,18 @@ import os
 from pathlib import Path
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+TRACES_ENV = "MEMLOOP_TRACES"
+"""`MEMLOOP_TRACES=0` logs no episode traces to MLflow (each span is one store transaction: about
+0.1 s per session trace on a local sqlite store)."""
+
+
+def traces_enabled() -> bool:
+    """Whether evolve and eval log each user's sessions as MLflow traces (default: yes)."""
+    import os
+
+    return os.environ.get(TRACES_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 """The MLflow store every command uses unless told otherwise (relative to the working folder)."""
 
 

@@ -5,6 +5,8 @@ per-period checkpoints so a killed run resumes at its last finished period.
 
 Layout of a run folder, per user:
     <out>/<user_id>/period_00/record.json   conversation, probe results, usage (written last)
+    <out>/<user_id>/period_00/turns.json    per turn: the messages the writer took, memory lines
+                                            added and removed (read by runs/traces.py)
     <out>/<user_id>/period_00/policy/       the policy's state at the end of the period
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,6 +42,62 @@ class SessionLog(BaseModel):
     exposed_states: dict[str, str]
     messages: list[dict[str, str]]
     leaked_variables: list[str] = Field(default_factory=list)
+
+
+class TurnLog:
+    """What memory did at each turn of a period, seen through the Policy contract alone.
+
+    After every turn: how many messages the policy handed to its memory (`unwritten_messages()`
+    fell by them), how many it still holds unwritten, and the lines of `memory_view()` added and
+    removed. Any policy, a plug-in's
+    included, is logged the same way; the file is what a trace shows (runs/traces.py).
+    """
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.memory = policy.memory_view()
+        self.unwritten = policy.unwritten_messages()
+        self.start = self.memory
+        self.sessions: list[list[dict[str, Any]]] = []
+
+    def session(self) -> None:
+        self.sessions.append([])
+
+    def turn(self, user: str, assistant: str) -> None:
+        memory, unwritten = self.policy.memory_view(), self.policy.unwritten_messages()
+        added, removed = line_changes(self.memory, memory)
+        entry: dict[str, Any] = {
+            "user": user,
+            "assistant": assistant,
+            "written": max(0, self.unwritten + 2 - unwritten),
+            "unwritten": unwritten,
+        }
+        if added or removed:
+            entry.update(added=added, removed=removed)
+        self.memory, self.unwritten = memory, unwritten
+        self.sessions[-1].append(entry)
+
+    def dump(self) -> dict[str, Any]:
+        return {"memory_before": self.start, "sessions": self.sessions}
+
+
+def line_changes(before: str, after: str) -> tuple[list[str], list[str]]:
+    """(lines added, lines removed) from `before` to `after`, in their order.
+
+    Each line counts as often as it occurs: "a", "b" before and "b", "c", "c" after give
+    (["c", "c"], ["a"]).
+    """
+    old, new = before.splitlines(), after.splitlines()
+    return _beyond(new, Counter(new) - Counter(old)), _beyond(old, Counter(old) - Counter(new))
+
+
+def _beyond(lines: list[str], extra: Counter[str]) -> list[str]:
+    out = []
+    for line in lines:
+        if extra[line] > 0:
+            extra[line] -= 1
+            out.append(line)
+    return out
 
 
 class PeriodRecord(BaseModel):
@@ -207,14 +266,16 @@ class EpisodeRunner:
         self.policy.period = p
         started = time.perf_counter()
         before = self.usage.summary() if self.usage else {}
+        turns = TurnLog(self.policy)
         if self.replay is not None:
-            sessions = self._replay_period(p)
+            sessions = self._replay_period(p, turns)
             mode = "off_policy"
         else:
-            sessions = self._interact_period(p)
+            sessions = self._interact_period(p, turns)
             mode = "on_policy"
         record = PeriodRecord(user_id=self.item.id, period=p, mode=mode, sessions=sessions)
         out = period_dir(self.user_dir, p)
+        atomic_write_json(out / "turns.json", turns.dump())
         self.policy.save(out / "policy")
         if self.probe is not None:
             record.probes = self.probe(self.item, p, self.policy, record)
@@ -225,17 +286,20 @@ class EpisodeRunner:
         atomic_write_json(out / "record.json", record.model_dump(mode="json"))
         return record
 
-    def _interact_period(self, p: int) -> list[SessionLog]:
+    def _interact_period(self, p: int, turns: TurnLog) -> list[SessionLog]:
         assert self.simulator is not None
         logs = []
         period = self.item.periods[p]
         for s, session in enumerate(period.sessions):
+            turns.session()
             messages: list[dict[str, str]] = []
             leaked: list[str] = []
             user_msg = opening_message(session)
             for r in range(self.simulator.rounds(p)):
+                reply = self.policy.respond(user_msg)
+                turns.turn(user_msg, reply)
                 messages.append({"role": "user", "content": user_msg})
-                messages.append({"role": "assistant", "content": self.policy.respond(user_msg)})
+                messages.append({"role": "assistant", "content": reply})
                 if r < self.simulator.rounds(p) - 1:
                     follow = self.simulator.follow_up(self.item, p, session, messages)
                     leaked.extend(v for v in follow.leaked_variables if v not in leaked)
@@ -251,7 +315,7 @@ class EpisodeRunner:
             )
         return logs
 
-    def _replay_period(self, p: int) -> list[SessionLog]:
+    def _replay_period(self, p: int, turns: TurnLog) -> list[SessionLog]:
         assert self.replay is not None
         period = self.item.periods[p]
         recorded = self.replay.get(p)
@@ -265,8 +329,10 @@ class EpisodeRunner:
                     f"recorded session {s} of period {p} (user {self.item.id}) "
                     "must alternate user/assistant messages"
                 )
+            turns.session()
             for i in range(0, len(messages), 2):
                 self.policy.ingest(messages[i]["content"], messages[i + 1]["content"])
+                turns.turn(messages[i]["content"], messages[i + 1]["content"])
             session = period.sessions[s] if s < len(period.sessions) else None
             logs.append(
                 SessionLog(

@@ -52,6 +52,7 @@ from memloop.runs.folder import open_run_folder
 from memloop.runs.inputs import load_environment, load_policy, roles
 from memloop.runs.spec import RunSpec
 from memloop.runs.store import CycleStore
+from memloop.runs.traces import episode_traces
 
 # ---------------------------------------------------------------- inputs
 
@@ -130,6 +131,25 @@ class RunOutcome:
 
 
 # ---------------------------------------------------------------- the context
+
+
+# the numbers a run's description names besides its objective
+HEADLINE_SHOWN = ("state_accuracy", "memory_score", "factual_recall")
+OBJECTIVE_SECTION = "Objective"
+"""The objective's per-cycle curves are logged again as `Objective/<split>_<objective>`: MLflow's
+UI orders chart sections by name, and a capital letter sorts before every memloop section."""
+
+
+def objective_curves(record: CycleRecord, objective: str) -> dict[str, float | None]:
+    """`Objective/val_<objective>` and `Objective/test_<objective>` of one cycle.
+
+    The splits it has; the same numbers as `val/<objective>` and `test/<objective>`, drawn first.
+    """
+    return {
+        f"{OBJECTIVE_SECTION}/{split}_{objective}": record.score(split, objective)
+        for split in ("val", "test")
+        if split in record.splits
+    }
 
 
 class RunContext:
@@ -431,9 +451,16 @@ class RunContext:
         Returns the version, or None when the search recorded no prompts for the cycle.
         """
         k = record.cycle
-        tracker.log_metrics(mlc, run_id, record.metrics(), step=k)
+        tracker.log_metrics(
+            mlc, run_id, {**objective_curves(record, self.objective), **record.metrics()}, step=k
+        )
         for folder, text in self.store.artifacts(k).items():
             tracker.log_text(mlc, run_id, text, f"{folder}/cycle_{k:02d}.json")
+        episodes = self.store.cycle_dir(k) / "episodes"
+        if episodes.is_dir():  # each user's sessions of the cycle's evaluation, as traces
+            splits = {item.id: s for s, items in self.users.items() for item in items}
+            traces = episode_traces(episodes, run_label=self.name, cycle=k, splits=splits)
+            tracker.log_traces(mlc, run_id, traces)
         prompts = self.store.saved_prompts(k)
         if prompts is None:
             return None
@@ -450,16 +477,18 @@ class RunContext:
     def log_selection(
         self, mlc: Any, run_id: str, outcome: RunOutcome, versions: dict[int, int | None]
     ) -> None:
-        """The selected cycle: alias `best`, `selection/cycle` / `headline/*` metrics, the cost.
+        """The selected cycle: alias `best`, `selection.*` / `headline.*` params, a description.
 
-        `run/cost_usd` sums every cycle's `cost_usd` (present when an endpoint had a price).
+        The tag `memloop.cost_usd` sums every cycle's `cost_usd` (present when an endpoint had a
+        price).
         """
-        step = len(outcome.cycles) - 1
         cost = add_costs(*(sum(c.cost_usd.values()) for c in outcome.cycles if c.cost_usd))
-        if cost is not None:  # the run's dollars so far, every cycle's work
-            tracker.log_metrics(mlc, run_id, {"run/cost_usd": cost}, step=step)
         chosen = outcome.selection
+        tags: dict[str, str] = {}
+        if cost is not None:  # the run's dollars so far, every cycle's work
+            tags["memloop.cost_usd"] = f"{cost:.6f}"
         if chosen is None:
+            tracker.set_tags(mlc, run_id, tags)
             return
         self.log_gate(outcome)
         # `best` follows the gate: the seed unless a cycle `improved` on it
@@ -467,21 +496,26 @@ class RunContext:
         if self.initial_prompts and version is not None:
             tracker.set_best(mlc, self.prompt_registry_name, version)
         record = outcome.cycles[chosen.cycle]
-        metrics: dict[str, float | None] = {"selection/cycle": float(chosen.cycle)}
+        # run-level numbers are params, not one-point charts: MLflow's run page and runs table
+        # show them; the per-cycle curves are the metrics
+        params: dict[str, str] = {"selection.cycle": str(chosen.cycle)}
         if "test" in record.splits:
-            metrics.update(
-                {f"headline/test_{m}": record.score("test", m) for m in (*CYCLE_METRICS, "users")}
-            )
+            for m in (*CYCLE_METRICS, "users"):
+                value = record.score("test", m)
+                params[f"headline.test_{m}"] = "n/a" if value is None else f"{value:.4g}"
         gate = chosen.gate or {}
         if gate:
-            metrics["selection/gate_n"] = float(gate["n"])
+            params["selection.gate_n"] = str(gate["n"])
             if gate.get("detectable") is not None:
-                metrics["selection/detectable_effect"] = float(gate["detectable"])
-        tracker.log_metrics(mlc, run_id, metrics, step=step)
-        tags = {
-            "memloop.selection": f"cycle {chosen.cycle}: {chosen.rule}",
-            "memloop.verdict": chosen.verdict or "no candidate (the seed is best on validation)",
-        }
+                params["selection.detectable_effect"] = f"{gate['detectable']:.4g}"
+        tracker.log_params_once(mlc, run_id, params)
+        tags.update(
+            {
+                "memloop.selection": f"cycle {chosen.cycle}: {chosen.rule}",
+                "memloop.verdict": chosen.verdict
+                or "no candidate (the seed is best on validation)",
+            }
+        )
         if gate:
             detectable = gate.get("detectable")
             tags["memloop.gate"] = (
@@ -490,7 +524,41 @@ class RunContext:
                 f"level {gate['level']:.3g}, detectable effect "
                 + ("n/a" if detectable is None else f"{detectable:.3f}")
             )
+        tags[tracker.DESCRIPTION_TAG] = self.description(outcome, params, tags)
         tracker.set_tags(mlc, run_id, tags)
+
+    def description(self, outcome: RunOutcome, params: dict[str, str], tags: dict[str, str]) -> str:
+        """The run's MLflow description: what ran, what was selected, the verdict, the headline."""
+        chosen = outcome.selection
+        assert chosen is not None
+        users = {s: len(items) for s, items in self.users.items()}
+        lines = [
+            f"**{self.name}**: {self.policy_config.display_name} under feedback `{self.mode}`, "
+            f"evolver `{self.evolver_name}`, search `{self.search_name}`; "
+            f"{len(outcome.cycles)} cycles; users: {users['train']} training, "
+            f"{users['val']} validation, {users['test']} test; objective `{self.objective}`.",
+            "",
+            f"Selected: {tags['memloop.selection']}. Verdict: {tags['memloop.verdict']}.",
+        ]
+        if "memloop.gate" in tags:
+            lines.append(f"Gate: {tags['memloop.gate']}.")
+        if f"headline.test_{self.objective}" in params:
+            lines += [
+                "",
+                f"Headline (selected cycle, {params['headline.test_users']} test users): "
+                f"{self.objective} {params[f'headline.test_{self.objective}']}"
+                + "".join(
+                    f", {m} {params[f'headline.test_{m}']}"
+                    for m in CYCLE_METRICS
+                    if m != self.objective and m in HEADLINE_SHOWN
+                )
+                + ".",
+            ]
+        lines += [
+            "",
+            "Traces: each user's sessions of every cycle (Traces tab; group by session).",
+        ]
+        return "\n".join(lines)
 
     def log_gate(self, outcome: RunOutcome) -> None:
         """The run's gate log (runs/gate_log.py): each cycle's screen decisions, the selection."""

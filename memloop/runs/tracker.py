@@ -19,7 +19,9 @@ from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import safe_name, sqlite_file, store_lock
+from memloop.core.settings import traces_enabled
 from memloop.runs.spec import KEY_TAG, RunSpec, git_revision
+from memloop.runs.traces import TRACE_TAG, SessionTrace, Span
 from memloop.runs.tracker_store import (
     SERVER_PROBE_S,
     SQLITE_BUSY_TIMEOUT,
@@ -109,10 +111,13 @@ def log_run(
 ) -> tuple[str, bool]:
     """(run id, resumed): the MLflow run of `spec` (its key, its params, its tags and `tags`).
 
-    The code's git commit, when memloop runs from a checkout, is MLflow's own source tag.
+    MLflow's Source column names the command (`memloop evolve`), and the code's git commit when
+    memloop runs from a checkout.
     """
     revision = git_revision()
-    source = {"mlflow.source.git.commit": revision} if revision else {}
+    source = {"mlflow.source.name": f"memloop {spec.kind}", "mlflow.source.type": "LOCAL"}
+    if revision:
+        source["mlflow.source.git.commit"] = revision
     return open_run(
         mlc,
         exp_id,
@@ -301,6 +306,29 @@ def registered_prompts(tracking_uri: str, uri: str) -> dict[str, str]:
     The version must be one memloop registered (its ``memloop.predictors`` tag names the
     predictors its template holds).
     """
+    version = _registered_version(tracking_uri, uri)
+    predictors = (version.tags or {}).get("memloop.predictors")
+    if not predictors:
+        raise UserError(
+            f"prompts_from {uri!r}: version {version.version} was not registered by memloop "
+            "(no memloop.predictors tag): its predictor names are unknown"
+        )
+    return split_prompts(version.template, predictors.split(","), f"prompts_from {uri!r}")
+
+
+def registered_source(tracking_uri: str, uri: str) -> dict[str, str]:
+    """Where a registry version came from: `memloop.prompts_from.run` / `.cycle` / `.version`."""
+    version = _registered_version(tracking_uri, uri)
+    tags = version.tags or {}
+    out = {"memloop.prompts_from.version": f"{version.name}/{version.version}"}
+    if "memloop.run_id" in tags:
+        out["memloop.prompts_from.run"] = tags["memloop.run_id"]
+    if "memloop.cycle" in tags:
+        out["memloop.prompts_from.cycle"] = tags["memloop.cycle"]
+    return out
+
+
+def _registered_version(tracking_uri: str, uri: str) -> Any:
     match = re.fullmatch(r"prompts:/([^/@]+)(?:@([^/@]+)|/(\d+))", uri)
     if match is None:
         raise UserError(
@@ -323,13 +351,7 @@ def registered_prompts(tracking_uri: str, uri: str) -> dict[str, str]:
         ) from None
     if version is None:
         raise UserError(f"prompts_from {uri!r}: not in the prompt registry of {tracking_uri}")
-    predictors = (version.tags or {}).get("memloop.predictors")
-    if not predictors:
-        raise UserError(
-            f"prompts_from {uri!r}: version {version.version} was not registered by memloop "
-            "(no memloop.predictors tag): its predictor names are unknown"
-        )
-    return split_prompts(version.template, predictors.split(","), f"prompts_from {uri!r}")
+    return version
 
 
 def set_best(mlc, name: str, version: int) -> None:
@@ -348,10 +370,114 @@ def _versions(mlc, name: str) -> list[Any]:
         return []
 
 
+DESCRIPTION_TAG = "mlflow.note.content"
+"""The tag MLflow shows as a run's description."""
+
+
+def log_params_once(mlc, run_id: str, params: dict[str, str]) -> None:
+    """Log the `params` run `run_id` does not have yet.
+
+    A param's value never changes in MLflow; a rerun of a finished run computes the same ones.
+    """
+    from mlflow.entities import Param
+
+    with store_errors(uri_of(mlc)):
+        held = mlc.get_run(run_id).data.params
+        items = [Param(k, v) for k, v in params.items() if k not in held]
+        for i in range(0, len(items), 100):
+            mlc.log_batch(run_id, params=items[i : i + 100])
+
+
 def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:
     """Set `tags` on run `run_id`, in the order given."""
     for key, value in tags.items():
         mlc.set_tag(run_id, key, value)
+
+
+# -- episodes as traces -------------------------------------------------------------------------
+
+
+def logged_traces(mlc, experiment_id: str, run_id: str) -> set[str]:
+    """The `memloop.trace` keys of the traces already logged for run `run_id`."""
+    keys: set[str] = set()
+    token = None
+    with store_errors(uri_of(mlc)):
+        while True:
+            page = mlc.search_traces(
+                locations=[experiment_id],
+                run_id=run_id,
+                max_results=500,
+                page_token=token,
+                include_spans=False,
+            )
+            keys |= {t.info.tags[TRACE_TAG] for t in page if TRACE_TAG in t.info.tags}
+            token = page.token
+            if not token:
+                return keys
+
+
+def log_traces(mlc, run_id: str, traces: list[SessionTrace]) -> int:
+    """Log each of `traces` not logged for run `run_id` before; how many were logged now.
+
+    Each is linked to the run and grouped in MLflow sessions (one per user and cycle).
+    """
+    if not traces or not traces_enabled():
+        return 0
+    mlflow = mlflow_module()
+    from mlflow.tracing.destination import MlflowExperimentLocation
+
+    with store_errors(uri_of(mlc)):
+        experiment_id = mlc.get_run(run_id).info.experiment_id
+        if _artifacts_moved(mlc, experiment_id):
+            return 0  # MLflow would write trace files at the store's old, recorded place
+        done = logged_traces(mlc, experiment_id, run_id)
+        todo = [t for t in traces if t.key not in done]
+        where = MlflowExperimentLocation(experiment_id)
+        for trace in todo:
+            with mlflow.start_span(
+                trace.root.name,
+                span_type=trace.root.kind,
+                trace_destination=where,
+                run_id=run_id,
+            ) as root:
+                _fill_span(mlflow, root, trace.root)
+                # after the spans: MLflow sets the previews from the root's inputs otherwise
+                mlflow.update_current_trace(
+                    tags={**trace.tags, TRACE_TAG: trace.key},
+                    session_id=trace.session_id,
+                    user=trace.user,
+                    request_preview=trace.request_preview or None,
+                    response_preview=trace.response_preview or None,
+                )
+        if todo:
+            mlflow.flush_trace_async_logging()
+    return len(todo)
+
+
+def _artifacts_moved(mlc, experiment_id: str) -> bool:
+    """The experiment's recorded artifact folder is outside its sqlite store's folder and gone.
+
+    A store moved with its project folder: memloop reads and writes run artifacts under the
+    moved store, but MLflow's trace export would recreate the old, recorded path.
+    """
+    db = sqlite_file(uri_of(mlc), create_folder=False)
+    location = mlc.get_experiment(experiment_id).artifact_location or ""
+    if db is None or not location.startswith("file://"):
+        return False
+    from urllib.parse import urlparse
+
+    folder = Path(urlparse(location).path)
+    return not folder.exists() and not folder.is_relative_to(db.resolve().parent)
+
+
+def _fill_span(mlflow: Any, live: Any, span: Span) -> None:
+    live.set_inputs(span.inputs)
+    if span.attributes:
+        live.set_attributes(span.attributes)
+    for child in span.children:
+        with mlflow.start_span(child.name, span_type=child.kind) as sub:
+            _fill_span(mlflow, sub, child)
+    live.set_outputs(span.outputs)
 
 
 # -- reading runs back (memloop.results, the ui command) ----------------------------------------

@@ -19,6 +19,7 @@ from memloop.testing.evolvers import (
     evolve_loop_reply,
     is_evolver_request,
     scripted_screen,
+    writing_reply,
 )
 from memloop.testing.fake_server import (
     FakeOpenAIServer,
@@ -38,6 +39,7 @@ __all__ = [
     "ScriptedPolicy",
     "conversation_of",
     "evolve_loop_reply",
+    "writing_reply",
     "fake_roles",
     "gate_passes",
     "is_evolver_request",

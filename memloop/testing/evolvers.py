@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from memloop.optimize.contract import EvolveInput, EvolveStep, NoSettings
@@ -113,6 +114,24 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     if is_recall_request(body):
         return notes_checker(body)
     return json.dumps({k: "yes" for k in props})
+
+
+def writing_reply(body: dict[str, Any]) -> str:
+    """`evolve_loop_reply`, except that an AWI writer request stores what the user last said.
+
+    The edit is `said_about_<first word>` with the user's last sentence as its value (time tag
+    removed), so memory fills from the conversation and a trace shows real edits.
+    """
+    if "edits" not in (request_schema(body) or {}).get("properties", {}):
+        return evolve_loop_reply(body)
+    text = str(body["messages"][-1].get("content", ""))
+    users = re.findall(r"(?ms)^user: (.*?)(?=^assistant: |^\[\[ ## |\Z)", text)
+    said = re.sub(r"\[Current Time:[^\]]*\]\s*", "", users[-1] if users else "")
+    said = " ".join(said.split())
+    if not said:
+        return json.dumps({"edits": []})
+    word = re.sub(r"[^a-z]", "", said.split()[0].lower()) or "fact"
+    return json.dumps({"edits": [{"label": f"said_about_{word}", "value": said[:120]}]})
 
 
 def scripted_screen(values: list[dict[str, float]]) -> tuple[Any, list[str]]:

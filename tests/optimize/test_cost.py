@@ -192,7 +192,7 @@ def test_mlflow_and_compare_show_the_runs_cost(priced_evolve, capsys):
     total = sum(sum(r.cost_usd.values()) for r in outcome.cycles)
     mlc = tracker.client(config.tracking_uri)
     run = mlc.get_run(outcome.run_id)
-    assert run.data.metrics["run/cost_usd"] == pytest.approx(total)
+    assert float(run.data.tags["memloop.cost_usd"]) == pytest.approx(total, abs=1e-6)
     history = mlc.get_metric_history(outcome.run_id, "cost_usd/total")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(
         [sum(r.cost_usd.values()) for r in outcome.cycles]

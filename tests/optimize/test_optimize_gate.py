@@ -127,8 +127,11 @@ def test_best_alias_tags_and_gate_log_follow_the_verdict(tmp_path, second, best_
     assert int(mlc.get_prompt_version_by_alias(name, "best").version) == best_version
     assert run.data.tags["memloop.verdict"] == verdict
     assert "cycle 1 vs seed on 10 validation users: " + verdict in run.data.tags["memloop.gate"]
-    assert run.data.metrics["selection/gate_n"] == 10.0
-    assert run.data.metrics["selection/cycle"] == best_version - 1
+    assert run.data.params["selection.gate_n"] == "10"
+    assert run.data.params["selection.cycle"] == str(best_version - 1)
+    # the description names the selection and the gate's verdict
+    note = run.data.tags["mlflow.note.content"]
+    assert f"Selected: cycle {best_version - 1}" in note and f"Verdict: {verdict}." in note
     (entry,) = gate_log.read(outcome.run_dir)
     assert entry["stage"] == "selection" and entry["verdict"] == verdict
     assert entry["compared"] == "cycle 1 vs cycle 0 on val_state_accuracy"

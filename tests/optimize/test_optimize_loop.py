@@ -91,7 +91,10 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search, capsys):
     # the params and tags are the run's spec.json: one source for the key, params and tags
     spec = RunSpec.from_document(json.loads((o.run_dir / "spec.json").read_text()))
     assert spec is not None and o.run_dir.name.endswith(spec.key()[:8])
-    assert logged_run.data.params == spec.params()
+    # the run's numbers, once selected, are params too: `headline.*` and `selection.*`
+    params = logged_run.data.params
+    assert {k: v for k, v in params.items() if k.startswith("spec.")} == spec.params()
+    assert {k.split(".")[0] for k in params} == {"spec", "headline", "selection"}
     assert logged_run.data.tags["memloop.run_key"] == spec.key()
     assert logged_run.data.params["spec.scorer_version"] == "3"
     assert len(logged_run.data.params["spec.catalogue_sha256"]) == 64
@@ -128,8 +131,26 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search, capsys):
     chosen_text = json.loads((o.run_dir / f"cycle_{chosen:02d}" / "prompts.json").read_text())
     best = mlc.get_prompt_version_by_alias(name, "best")
     assert int(best.version) == 1 + texts.index(chosen_text["writer"])
-    headline = mlc.get_metric_history(o.run_id, "headline/test_overall")
-    assert [m.value for m in headline] == [o.cycles[chosen].score("test", "overall")]
+    # MLflow at a glance: the run's numbers are params (no one-point charts), the objective's
+    # per-cycle curves come first (the capital section), the description names the verdict
+    run_data = mlc.get_run(o.run_id).data
+    assert not [k for k in run_data.metrics if k.startswith(("headline/", "selection/"))]
+    assert (
+        run_data.params["headline.test_overall"]
+        == f"{o.cycles[chosen].score('test', 'overall'):.4g}"
+    )
+    assert run_data.params["selection.cycle"] == str(chosen)
+    objective = run_data.tags["memloop.objective"]
+    for split in ("val", "test"):
+        curve = mlc.get_metric_history(o.run_id, f"Objective/{split}_{objective}")
+        assert [(m.step, m.value) for m in sorted(curve, key=lambda m: m.step)] == [
+            (c.cycle, c.score(split, objective)) for c in o.cycles
+        ]
+    sections = sorted({k.split("/")[0] for k in run_data.metrics})
+    assert sections[0] == "Objective"
+    note = run_data.tags["mlflow.note.content"]
+    assert run_data.tags["memloop.verdict"] in note and f"cycle {chosen}" in note
+    assert run_data.tags["mlflow.source.name"] == "memloop evolve"
     summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
     entry = summary["users"][0]["question_answer_history"][0]
     assert {"question", "assistant_response", "ground_truth", "retrieved_memories"} <= set(entry)

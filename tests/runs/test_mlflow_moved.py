@@ -40,7 +40,7 @@ def evolve(folder, fake, cycles: int):
 
 
 def test_compare_export_and_a_resumed_evolve_work_after_the_store_moved(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, traces_on
 ):
     from memloop.experiments.cli import main
     from memloop.runs import tracker
@@ -72,3 +72,8 @@ def test_compare_export_and_a_resumed_evolve_work_after_the_store_moved(
     run_folder = new / "mlruns" / "artifacts" / "moved" / first.run_id / "artifacts"
     assert (run_folder / "cycle" / "cycle_01.json").is_file()
     assert not old.exists()  # nothing was written at the recorded, old place
+    # the cycle logged before the move has its traces; the moved store logs none (MLflow's trace
+    # export would write at the old place)
+    exp = mlc.get_experiment_by_name("moved").experiment_id
+    cycles = {t.info.tags["memloop.cycle"] for t in mlc.search_traces(locations=[exp])}
+    assert cycles == {"0"}

@@ -1,0 +1,230 @@
+"""A user's episode as MLflow traces: one trace per conversation session, read as a person would.
+
+Built from an episode folder (`environment/episode.py`'s layout: each period's record.json and
+turns.json) into plain `SessionTrace` values; `tracker.log_traces` sends them. A trace holds:
+
+    <user> · period p · session s                       the session (agent span)
+        turn 1 · user → assistant                       the user's message, the reply
+            memory write                                the messages handed to memory, the lines
+                                                        it added and removed
+        ...
+        probes after period p                           (the period's last session) the memory
+            question 1 · right / wrong / unparsed       the question, the choices, the answer,
+                                                        the truth, the state read per variable
+
+Traces carry the conversation itself: they are a record of the run, like its episode folders,
+never a prompt (an evolved prompt holds no user's value; optimize/context.py checks).
+A trace's tags name its run's cycle, split, user, period and session; `memloop.trace` is its key
+in the run, so a resumed run logs only the traces it has not logged yet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memloop.environment.episode import PeriodRecord, load_record
+
+TRACE_TAG = "memloop.trace"
+
+
+@dataclass
+class Span:
+    name: str
+    kind: str  # an MLflow span type: AGENT, CHAT_MODEL, MEMORY, EVALUATOR
+    inputs: Any = None
+    outputs: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    children: list[Span] = field(default_factory=list)
+
+
+@dataclass
+class SessionTrace:
+    key: str  # unique within the run: cycle, user, period, session
+    session_id: str  # MLflow's session: one user's episode in one cycle of one run
+    user: str
+    tags: dict[str, str]
+    root: Span
+    request_preview: str = ""  # the trace list's Request column: the user's opening message
+    response_preview: str = ""  # its Response column: memory lines added / removed, probes
+
+
+def short_user(user_id: str) -> str:
+    """A user id as a trace names it: its first 8 characters (uuids are long)."""
+    return user_id[:8]
+
+
+def user_traces(
+    user_dir: Path,
+    *,
+    run_label: str,
+    cycle: int | None = None,
+) -> list[SessionTrace]:
+    """Every finished period's sessions of the user whose episode folder is `user_dir`."""
+    records = [load_record(p) for p in sorted(Path(user_dir).glob("period_*/record.json"))]
+    if not records:
+        return []
+    user = records[0].user_id
+    where = f"cycle {cycle} · " if cycle is not None else ""
+    session_id = f"{run_label} · {where}{short_user(user)}"
+    tags = {"memloop.user": user}
+    if cycle is not None:
+        tags["memloop.cycle"] = str(cycle)
+    said: list[dict[str, str]] = []  # every message of the episode so far (the writer's source)
+    out = []
+    for record in records:
+        turns = _turns(Path(user_dir) / f"period_{record.period:02d}" / "turns.json")
+        for s, session in enumerate(record.sessions):
+            logged = turns[s] if s < len(turns) else []
+            root = Span(
+                f"{short_user(user)} · period {record.period} · session {s}",
+                "AGENT",
+                inputs={"session_time": session.session_time, "messages": session.messages},
+                attributes={"period": record.period, "session": s, "mode": record.mode},
+            )
+            added: list[str] = []
+            removed: list[str] = []
+            for i in range(0, len(session.messages) - 1, 2):
+                user_msg, reply = session.messages[i], session.messages[i + 1]
+                said += [user_msg, reply]
+                entry = logged[i // 2] if i // 2 < len(logged) else {}
+                root.children.append(_turn(i // 2 + 1, user_msg, reply, entry, said))
+                added += entry.get("added", [])
+                removed += entry.get("removed", [])
+            # what a reader looks for first: what this session left in memory
+            root.outputs = {"memory lines added": added, "memory lines removed": removed}
+            if s == len(record.sessions) - 1 and record.probes:
+                probes = probes_span(record)
+                root.children.append(probes)
+                root.outputs["probes"] = probes.outputs
+            opening = session.messages[0]["content"] if session.messages else ""
+            key = f"{where}{user} · period {record.period} · session {s}"
+            out.append(
+                SessionTrace(
+                    key=key,
+                    session_id=session_id,
+                    user=user,
+                    tags={**tags, "memloop.period": str(record.period), "memloop.session": str(s)},
+                    root=root,
+                    request_preview=" ".join(opening.split())[:300],
+                    response_preview=_stored(added, removed, root.outputs.get("probes")),
+                )
+            )
+    return out
+
+
+def _stored(added: list[str], removed: list[str], probes: dict[str, int] | None) -> str:
+    """The trace list's Response column: what memory gained and lost, then the probes."""
+    parts = [f"+{len(added)} / -{len(removed)} memory lines"]
+    if added:
+        parts.append(f"first added: {added[0][:120]}")
+    if probes is not None:
+        parts.append(f"probes {probes['right']}/{probes['questions']} right")
+    return "; ".join(parts)
+
+
+def _turns(path: Path) -> list[list[dict[str, Any]]]:
+    """The period's turns.json sessions (none for a run made before it was written)."""
+    if not path.is_file():
+        return []
+    return list(json.loads(path.read_text()).get("sessions", []))
+
+
+def _turn(
+    n: int,
+    user_msg: dict[str, str],
+    reply: dict[str, str],
+    entry: dict[str, Any],
+    said: list[dict[str, str]],
+) -> Span:
+    span = Span(
+        f"turn {n}",
+        "CHAT_MODEL",
+        inputs={"messages": [user_msg]},
+        outputs={"choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
+    )
+    written = int(entry.get("written", 0))
+    added, removed = entry.get("added", []), entry.get("removed", [])
+    if written or added or removed:
+        unwritten = int(entry.get("unwritten", 0))
+        end = len(said) - unwritten
+        span.children.append(
+            Span(
+                "memory write",
+                "MEMORY",
+                inputs={"messages handed to memory": said[max(0, end - written) : end]},
+                outputs={"added": added, "removed": removed},
+                attributes={"messages_written": written, "lines_added": len(added)},
+            )
+        )
+    return span
+
+
+def probes_span(record: PeriodRecord) -> Span:
+    """The period's evaluation: the memory the probes read and every question's outcome."""
+    probes = record.probes
+    span = Span(
+        f"probes after period {record.period}",
+        "EVALUATOR",
+        inputs={"memory": probes.get("memory_view", "")},
+    )
+    right = 0
+    for q in probes.get("questions", []):
+        choices = q.get("choices", [])
+        chosen, gold = q.get("chosen_index"), q.get("gold_index")
+        verdict = "unparsed" if chosen is None else ("right" if chosen == gold else "wrong")
+        right += verdict == "right"
+        state = {
+            var: {
+                "answer": q.get("state_answers", {}).get(var),
+                "truth": truth,
+                **(
+                    {"P(truth)": q["state_probs"][var]}
+                    if q.get("state_probs", {}).get(var) is not None
+                    else {}
+                ),
+            }
+            for var, truth in q.get("true_values", {}).items()
+        }
+        span.children.append(
+            Span(
+                f"question {q.get('question_index', 0) + 1} · {verdict}",
+                "EVALUATOR",
+                inputs={
+                    "question": q.get("question", ""),
+                    "choices": [f"{i + 1}. {c}" for i, c in enumerate(choices)],
+                },
+                outputs={
+                    "answer": None if chosen is None else f"{chosen + 1}. {choices[chosen]}",
+                    "truth": f"{gold + 1}. {choices[gold]}" if gold is not None else None,
+                    "state (from written memory)": state,
+                },
+                attributes={"correct": verdict == "right"},
+            )
+        )
+    span.outputs = {"right": right, "questions": len(span.children)}
+    return span
+
+
+def episode_traces(
+    episodes: Path,
+    *,
+    run_label: str,
+    cycle: int | None = None,
+    splits: dict[str, str] | None = None,
+) -> list[SessionTrace]:
+    """`user_traces` of every user folder in `episodes` (e.g. cycle_00/episodes).
+
+    `splits` names each user's split (by user id).
+    """
+    out = []
+    for user_dir in sorted(p for p in Path(episodes).iterdir() if p.is_dir()):
+        traces = user_traces(user_dir, run_label=run_label, cycle=cycle)
+        for t in traces:
+            split = (splits or {}).get(t.user)
+            if split is not None:
+                t.tags["memloop.split"] = split
+        out += traces
+    return out

@@ -1,0 +1,60 @@
+"""The MLflow UI as a user opens it, in headless Chromium (Debian's; `make test` installs it).
+
+An evolve run on the fake endpoint whose writer stores what the user said (`writing_reply`);
+`memloop ui` on its store; the pages Chromium renders:
+- the Traces page, on one session's trace: the user's own words and a memory line the writer
+  stored in that session are on the page;
+- the experiment's Prompts page lists the run's registered prompt, MLflow's Default one does not.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from memloop.optimize.evolve import run_evolve
+from memloop.runs import tracker
+from memloop.testing import FakeOpenAIServer, fake_roles, writing_reply
+from memloop.testing.browser import memloop_ui, rendered
+from memloop.testing.commands import small_evolve
+
+pytestmark = pytest.mark.usefixtures("traces_on")  # the suite logs none (conftest)
+
+
+def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_prompt(tmp_path):
+    config = small_evolve(
+        tmp_path, "ui-traces", (1, 1, 1), cycles=1, feedback_modes=["none"], evolvers=["none"]
+    )
+    with FakeOpenAIServer(reply=writing_reply) as fake:
+        (outcome,) = run_evolve(config, progress=False, clients=fake_roles(fake.base_url, None))
+    mlc = tracker.client(config.tracking_uri)
+    exp = mlc.get_experiment_by_name("ui-traces").experiment_id
+    traces = mlc.search_traces(locations=[exp], run_id=outcome.run_id, max_results=500)
+    stored = [
+        t
+        for t in traces
+        if t.info.tags["memloop.session"] == "0" and t.data.spans[0].outputs["memory lines added"]
+    ]
+    assert stored, "no session stored a memory line"
+    trace = stored[0]
+    root = trace.data.spans[0]
+    opening = re.sub(r"\[Current Time:[^\]]*\]\s*", "", root.inputs["messages"][0]["content"])
+    said = " ".join(opening.split()[:6])  # the user's own words
+    label = root.outputs["memory lines added"][0].split(":")[0]  # e.g. said_about_work
+    assert label.startswith("said_about_")
+    prompt = mlc.get_run(outcome.run_id).data.tags["memloop.prompt_name"]
+    with memloop_ui(config.tracking_uri, "ui-traces") as ui:
+        base = ui.address.split("#")[0]
+        page = rendered(
+            f"{base}#/experiments/{exp}/traces?selectedEvaluationId={trace.info.trace_id}"
+        )
+        prompts_page = rendered(f"{base}#/experiments/{exp}/prompts")
+        default_prompts = rendered(f"{base}#/experiments/0/prompts")  # MLflow's Default
+    text = html.unescape(page)
+    assert said in text
+    assert label in text
+    assert prompt in html.unescape(prompts_page)
+    # listed under its own experiment only (MLflow alone linked it to Default)
+    assert "Prompts" in default_prompts and prompt not in html.unescape(default_prompts)

@@ -1,0 +1,265 @@
+"""Episodes as MLflow traces: what a turn did to memory (turns.json), the traces built from an
+episode folder, and the traces in a real MLflow store (linked to the run, grouped by session,
+logged once)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memloop.core.files import atomic_write_json
+from memloop.environment.episode import (
+    EpisodeRunner,
+    PeriodRecord,
+    SessionLog,
+    TurnLog,
+    line_changes,
+    load_replay,
+    run_episodes,
+)
+from memloop.environment.procedural import generate_procedural
+from memloop.llm.client import ChatClient
+from memloop.llm.endpoint import Endpoint
+from memloop.runs import tracker
+from memloop.runs.traces import episode_traces, user_traces
+from memloop.testing import FakeOpenAIServer, ScriptedPolicy
+
+
+pytestmark = pytest.mark.usefixtures("traces_on")  # the suite logs none (conftest)
+
+
+def test_line_changes_counts_each_line_as_often_as_it_occurs():
+    assert line_changes("a\nb", "b\nc\nc") == (["c", "c"], ["a"])
+    assert line_changes("x\nx\ny", "x\ny\nz") == (["z"], ["x"])
+    assert line_changes("", "") == ([], [])
+
+
+class Stepped:
+    """A policy seen only through memory_view / unwritten_messages, set by the test."""
+
+    def __init__(self) -> None:
+        self.view, self.held = "", 0
+
+    def memory_view(self) -> str:
+        return self.view
+
+    def unwritten_messages(self) -> int:
+        return self.held
+
+
+def test_turn_log_records_what_each_turn_handed_to_memory_and_the_lines_it_changed():
+    policy = Stepped()
+    log = TurnLog(policy)  # type: ignore[arg-type]
+    log.session()
+    policy.held = 2  # turn 1: both messages held in the buffer, nothing written
+    log.turn("I moved to Oslo.", "Noted.")
+    policy.view, policy.held = "home: Oslo", 2  # turn 2: the first turn written, the second held
+    log.turn("I walk to work.", "Nice.")
+    policy.view, policy.held = "commute: walk", 0  # turn 3: four messages written, a line replaced
+    log.turn("Bye.", "Bye.")
+    assert log.dump() == {
+        "memory_before": "",
+        "sessions": [
+            [
+                {"user": "I moved to Oslo.", "assistant": "Noted.", "written": 0, "unwritten": 2},
+                {
+                    "user": "I walk to work.",
+                    "assistant": "Nice.",
+                    "written": 2,
+                    "unwritten": 2,
+                    "added": ["home: Oslo"],
+                    "removed": [],
+                },
+                {
+                    "user": "Bye.",
+                    "assistant": "Bye.",
+                    "written": 4,
+                    "unwritten": 0,
+                    "added": ["commute: walk"],
+                    "removed": ["home: Oslo"],
+                },
+            ]
+        ],
+    }
+
+
+@pytest.fixture
+def item():
+    return generate_procedural(users=1, periods=2, questions=2, seed=7)[0]
+
+
+def test_the_runner_writes_each_period_turns_on_and_off_policy(tmp_path, item):
+    """ScriptedPolicy's memory is every user message it took in, written at once (0 held)."""
+    with FakeOpenAIServer(reply="Tell me more.") as fake:
+        client = ChatClient(Endpoint(model="sim", base_url=fake.base_url))
+        run_episodes(
+            [item],
+            lambda uid, wd, c: ScriptedPolicy(),
+            client,
+            tmp_path / "on",
+            periods=2,
+            progress=False,
+        )
+    replay = load_replay(tmp_path / "on", item.id)
+    EpisodeRunner(item, ScriptedPolicy(), tmp_path / "off", replay=replay, periods=2).run()
+    for user_dir in (tmp_path / "on" / item.id, tmp_path / "off"):
+        seen: list[str] = []
+        for p in (0, 1):
+            turns = json.loads((user_dir / f"period_{p:02d}/turns.json").read_text())
+            assert turns["memory_before"] == "\n".join(seen)
+            assert [len(s) for s in turns["sessions"]] == [len(s) // 2 for s in replay[p]]
+            for session, recorded in zip(turns["sessions"], replay[p], strict=True):
+                for n, turn in enumerate(session):
+                    said = recorded[2 * n]["content"]
+                    assert turn["user"] == said
+                    assert turn["assistant"] == recorded[2 * n + 1]["content"]
+                    assert turn["written"] == 2 and turn["unwritten"] == 0
+                    assert turn["added"] == said.splitlines() and turn["removed"] == []
+                    seen.append(said)
+
+
+def write_period(user_dir: Path) -> None:
+    """One period, one session of two turns: the writer holds turn 1, then writes both turns."""
+    messages = [
+        {"role": "user", "content": "I moved to Oslo."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "I walk to work."},
+        {"role": "assistant", "content": "Nice."},
+    ]
+    question = {
+        "user_id": "u-1234567890",
+        "period": 0,
+        "question_index": 0,
+        "question": "Where should I look for a flat?",
+        "choices": ["Bergen", "Oslo"],
+        "required_info": ["home"],
+        "gold_index": 1,
+        "true_values": {"home": "Oslo"},
+        "write_periods": {"home": 0},
+        "chosen_index": 0,
+        "state_answers": {"home": "Bergen"},
+        "state_probs": {"home": 0.25},
+    }
+    record = PeriodRecord(
+        user_id="u-1234567890",
+        period=0,
+        mode="on_policy",
+        sessions=[
+            SessionLog(session_index=0, session_time="t0", exposed_states={}, messages=messages)
+        ],
+        probes={"questions": [question], "memory_view": "home: Oslo\ncommute: walk"},
+    )
+    folder = user_dir / "period_00"
+    turns = {
+        "memory_before": "",
+        "sessions": [
+            [
+                {"user": "I moved to Oslo.", "assistant": "Noted.", "written": 0, "unwritten": 2},
+                {
+                    "user": "I walk to work.",
+                    "assistant": "Nice.",
+                    "written": 4,
+                    "unwritten": 0,
+                    "added": ["home: Oslo", "commute: walk"],
+                    "removed": [],
+                },
+            ]
+        ],
+    }
+    atomic_write_json(folder / "turns.json", turns)
+    atomic_write_json(folder / "record.json", record.model_dump(mode="json"))
+
+
+def test_a_session_trace_reads_as_the_conversation_its_writes_and_its_probes(tmp_path):
+    write_period(tmp_path / "u")
+    (trace,) = user_traces(tmp_path / "u", run_label="run-a", cycle=2)
+    assert trace.key == "cycle 2 · u-1234567890 · period 0 · session 0"
+    assert trace.session_id == "run-a · cycle 2 · u-123456"
+    assert trace.user == "u-1234567890"
+    assert trace.tags == {
+        "memloop.user": "u-1234567890",
+        "memloop.cycle": "2",
+        "memloop.period": "0",
+        "memloop.session": "0",
+    }
+    root = trace.root
+    assert root.name == "u-123456 · period 0 · session 0" and root.kind == "AGENT"
+    assert root.inputs["messages"][0] == {"role": "user", "content": "I moved to Oslo."}
+    assert [c.name for c in root.children] == ["turn 1", "turn 2", "probes after period 0"]
+    turn1, turn2, probes = root.children
+    assert turn1.children == []  # nothing written at turn 1
+    assert turn2.inputs == {"messages": [{"role": "user", "content": "I walk to work."}]}
+    assert turn2.outputs["choices"][0]["message"] == {"role": "assistant", "content": "Nice."}
+    (write,) = turn2.children
+    assert write.kind == "MEMORY"
+    # the four messages the writer took: both turns
+    assert [m["content"] for m in write.inputs["messages handed to memory"]] == [
+        "I moved to Oslo.",
+        "Noted.",
+        "I walk to work.",
+        "Nice.",
+    ]
+    assert write.outputs == {"added": ["home: Oslo", "commute: walk"], "removed": []}
+    assert probes.inputs == {"memory": "home: Oslo\ncommute: walk"}
+    assert probes.outputs == {"right": 0, "questions": 1}
+    (question,) = probes.children
+    assert question.name == "question 1 · wrong"
+    assert question.outputs == {
+        "answer": "1. Bergen",
+        "truth": "2. Oslo",
+        "state (from written memory)": {
+            "home": {"answer": "Bergen", "truth": "Oslo", "P(truth)": 0.25}
+        },
+    }
+    assert root.outputs == {
+        "memory lines added": ["home: Oslo", "commute: walk"],
+        "memory lines removed": [],
+        "probes": {"right": 0, "questions": 1},
+    }
+    assert trace.request_preview == "I moved to Oslo."
+    assert trace.response_preview == (
+        "+2 / -0 memory lines; first added: home: Oslo; probes 0/1 right"
+    )
+
+
+def test_traces_in_a_real_store_are_linked_to_the_run_grouped_by_session_and_logged_once(
+    tmp_path,
+):
+    write_period(tmp_path / "episodes" / "u")
+    traces = episode_traces(
+        tmp_path / "episodes", run_label="run-a", cycle=0, splits={"u-1234567890": "test"}
+    )
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "traces", uri)
+    run_id = mlc.create_run(exp, run_name="run-a").info.run_id
+    with pytest.MonkeyPatch.context() as off:
+        off.setenv("MEMLOOP_TRACES", "0")
+        assert tracker.log_traces(mlc, run_id, traces) == 0  # switched off: none
+    assert not mlc.search_traces(locations=[exp], run_id=run_id)
+    assert tracker.log_traces(mlc, run_id, traces) == 1
+    assert tracker.log_traces(mlc, run_id, traces) == 0  # a resumed run logs nothing twice
+    (found,) = mlc.search_traces(locations=[exp], run_id=run_id)
+    meta, tags = found.info.trace_metadata, found.info.tags
+    assert meta["mlflow.sourceRun"] == run_id
+    assert meta["mlflow.trace.session"] == "run-a · cycle 0 · u-123456"
+    assert meta["mlflow.trace.user"] == "u-1234567890"
+    assert tags["memloop.split"] == "test" and tags["memloop.cycle"] == "0"
+    assert tags["memloop.trace"] == traces[0].key
+    spans = {s.name: s for s in found.data.spans}
+    assert set(spans) == {
+        "u-123456 · period 0 · session 0",
+        "turn 1",
+        "turn 2",
+        "memory write",
+        "probes after period 0",
+        "question 1 · wrong",
+    }
+    assert spans["memory write"].outputs == {
+        "added": ["home: Oslo", "commute: walk"],
+        "removed": [],
+    }
+    assert spans["memory write"].parent_id == spans["turn 2"].span_id
+    assert found.info.request_preview == "I moved to Oslo."
