@@ -34,6 +34,8 @@ LIKE_TAG = "memloop.like"
 LONG_PARAM = 400  # a longer value is logged as its sha256 (MLflow cuts params at 6000)
 # what the optimizer chooses: left out of `like` (runs differing only here are paired)
 CHOSEN = ("mode", "objective", "optimizer", "seed", "repeat")
+# what two evals differ in when compared (the same users, endpoints and periods otherwise)
+EVAL_COMPARED = ("policy", "prompts_sha256")
 
 
 @functools.cache
@@ -106,8 +108,12 @@ class RunSpec(BaseModel):
         return json_sha256(self.identity())
 
     def like(self) -> dict[str, Any]:
-        """What a run shares with every run compare may pair it with."""
-        return {k: v for k, v in self.identity().items() if k not in CHOSEN}
+        """What a run shares with every run compare may pair it with.
+
+        An eval's policy and prompts are what two evals compare: they are left out too.
+        """
+        left_out = (*CHOSEN, *EVAL_COMPARED) if self.kind == "eval" else CHOSEN
+        return {k: v for k, v in self.identity().items() if k not in left_out}
 
     def like_key(self) -> str:
         return json_sha256(self.like())[:16]

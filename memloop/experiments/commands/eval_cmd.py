@@ -8,15 +8,18 @@ conversations an earlier eval recorded; `--record-only` records conversations an
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from pathlib import Path
 
+from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.experiments.commands.options import (
     add_cache_option,
     add_endpoint_options,
     add_format_option,
     add_progress_option,
+    add_tracking_uri_option,
     at_least_one,
     endpoint_ref,
 )
@@ -98,6 +101,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "assistant replies to each user message alone (no memory, as a policy with "
         "reply_memory: false), no memory is written and nothing is probed or scored",
     )
+    add_tracking_uri_option(
+        p,
+        "MLflow store the eval is logged to, and registry versions (prompts_from: "
+        "prompts:/...) are read from (default: $MLFLOW_TRACKING_URI, else "
+        f"{DEFAULT_TRACKING_URI})",
+        default=None,
+    )
+    p.add_argument(
+        "--experiment",
+        default="eval",
+        help="MLflow experiment of the run (default: eval); `memloop compare --experiment "
+        "NAME --baseline RUN` pairs its evals on the same users",
+    )
     add_format_option(p)
     add_progress_option(p)
     p.set_defaults(func=run_eval)
@@ -129,7 +145,10 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UserError(f"--periods {args.periods}: {args.env} has at most {most} periods")
     # every period of every user: --periods equal to the longest episode is no --periods
     periods = args.periods if args.periods and args.periods < most else None
-    config = load_policy(args.policy, users=items)
+    tracking_uri = (
+        args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    )
+    config = load_policy(args.policy, tracking_uri, users=items)
     if args.record_only:
         if args.replay:
             raise UserError("--record-only records conversations; it cannot also --replay one")
@@ -151,11 +170,12 @@ def run_eval(args: argparse.Namespace) -> int:
         probes = ProbeSettings(state_read=args.state_read, state_probes=args.state_probes)
     except ValueError:
         raise UserError("--state-probes all needs --state-read letters") from None
+    prompts = policy_prompts(config, clients.agent)
     spec = eval_spec(
         environment=describe_data_file(args.env),
         user_ids=[it.id for it in items],
         policy=config.model_dump(mode="json"),
-        prompts_sha256=json_sha256(policy_prompts(config, clients.agent)),
+        prompts_sha256=json_sha256(prompts),
         endpoints=clients.identity(),
         periods=periods,
         rounds={"init": args.rounds_init, "update": args.rounds_update},
@@ -201,9 +221,21 @@ def run_eval(args: argparse.Namespace) -> int:
             ),
         )
     from memloop.feedback.objective import Objective
+    from memloop.runs.eval_log import log_eval, prompts_source
 
     # the measure the agent's runs are ranked on by default comes first
     first = Objective.default_for(clients.agent.endpoint.is_local).value
+    _, run_name = log_eval(
+        tracking_uri,
+        args.experiment,
+        spec,
+        policy=config.display_name,
+        objective=first,
+        prompts=prompts,
+        result=result,
+        out=out,
+        tags=prompts_source(args.policy, tracking_uri),
+    )
     print(format_metrics(result.metrics, args.format, first=first))
     info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
     for note in result.metrics.get("warnings", []):
@@ -216,6 +248,11 @@ def run_eval(args: argparse.Namespace) -> int:
     print(f"new model requests this run: {result.new_requests}", file=info)
     print(
         f"wrote {out / 'metrics.json'}, {out / 'records.jsonl'}, {out / 'per_period.png'}",
+        file=info,
+    )
+    print(
+        f"MLflow: run {run_name} in experiment {args.experiment!r} ({tracking_uri}); compare "
+        f"evals: memloop compare --experiment {args.experiment} --baseline {run_name}",
         file=info,
     )
     return junk_verdict(result.metrics)

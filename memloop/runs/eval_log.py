@@ -1,0 +1,140 @@
+"""`memloop eval` in MLflow: one run per eval, in the layout `memloop compare` reads.
+
+The eval's users are its test users (only evaluated, nothing chosen on them): the run holds one
+cycle, cycle 0, whose record (`cycle/cycle_00.json`) has a `test` split; its prompts are
+`prompts/cycle_00.json`; its metrics are `test/*` at step 0 (and `Objective/test_<objective>`),
+its numbers `headline.test_*` params; each user's sessions are traces. Two evals on the same
+environment, users, endpoints and periods share `memloop.like` whatever their policy or
+prompts, so `compare` pairs them user by user (`--baseline NAME`, else the first eval).
+The source of `prompts_from:` is kept as tags: the reference, and for a registry version or an
+exported file, the run, cycle and version it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from memloop.feedback.evaluate import EvaluationResult
+from memloop.runs import tracker
+from memloop.runs.cycles import CYCLE_METRICS, CycleRecord
+from memloop.runs.spec import RunSpec
+from memloop.runs.traces import episode_traces
+
+EVAL_MODE = "eval"
+"""An eval run's `memloop.feedback_mode` (its `memloop.evolver` is the run's name)."""
+
+
+def eval_run_name(policy: str, spec: RunSpec) -> str:
+    """`eval-<policy>-<key>`: one name per eval (what `compare --baseline` takes)."""
+    return f"eval-{policy}-{spec.key()[:8]}"
+
+
+def log_eval(
+    tracking_uri: str,
+    experiment: str,
+    spec: RunSpec,
+    *,
+    policy: str,
+    objective: str,
+    prompts: dict[str, str],
+    result: EvaluationResult,
+    out: Path,
+    tags: dict[str, str] | None = None,
+) -> tuple[str, str]:
+    """Log a finished eval; (run id, run name). A rerun of the same eval continues its run."""
+    name = eval_run_name(policy, spec)
+    mlc = tracker.client(tracking_uri)
+    exp = tracker.experiment_id(mlc, experiment, tracking_uri)
+    run_id, _ = tracker.log_run(
+        mlc,
+        exp,
+        spec,
+        name,
+        tags={
+            "memloop.feedback_mode": EVAL_MODE,
+            "memloop.evolver": name,
+            "memloop.search": EVAL_MODE,
+            "memloop.policy": policy,
+            "memloop.objective": objective,
+            **(tags or {}),
+        },
+    )
+    try:
+        record = CycleRecord.of(0, {"test": result})
+        tracker.log_metrics(
+            mlc,
+            run_id,
+            {f"Objective/test_{objective}": record.score("test", objective), **record.metrics()},
+            step=0,
+        )
+        tracker.log_text(mlc, run_id, record.model_dump_json(indent=1), "cycle/cycle_00.json")
+        tracker.log_text(mlc, run_id, _json(prompts), "prompts/cycle_00.json")
+        params = {
+            f"headline.test_{m}": _num(record.score("test", m)) for m in (*CYCLE_METRICS, "users")
+        }
+        tracker.log_params_once(mlc, run_id, params)
+        users = {u: "test" for u in record.splits["test"].per_user} if record.splits else {}
+        episodes = out / "episodes"
+        if episodes.is_dir():
+            tracker.log_traces(
+                mlc, run_id, episode_traces(episodes, run_label=name, splits=users or None)
+            )
+        tracker.set_tags(
+            mlc,
+            run_id,
+            {
+                tracker.DESCRIPTION_TAG: (
+                    f"**{name}**: `memloop eval` of {policy} on {params['headline.test_users']} "
+                    f"users; {objective} {params[f'headline.test_{objective}']}. Traces: each "
+                    "user's sessions (Traces tab)."
+                )
+            },
+        )
+    except BaseException:
+        tracker.finish_run(mlc, run_id, "FAILED")
+        raise
+    tracker.finish_run(mlc, run_id)
+    return run_id, name
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, indent=1, sort_keys=True)
+
+
+_EXPORT_RUN = re.compile(r"^# memloop export of run (\S+)")
+_EXPORT_CYCLE = re.compile(r"^# policy .*, cycle (\d+) ")
+
+
+def prompts_source(policy_yaml: str | Path, tracking_uri: str) -> dict[str, str]:
+    """Tags naming where a policy YAML's `prompts_from:` prompts came from (none without one).
+
+    `memloop.prompts_from`: the reference as written; for a registry version
+    `memloop.prompts_from.run` / `.cycle` / `.version` (the version's own tags), for a file
+    `memloop export` wrote, the run and cycle its header names.
+    """
+    from memloop.core.config import load_yaml_mapping
+
+    source = load_yaml_mapping(Path(policy_yaml)).get("prompts_from")
+    if not isinstance(source, str):
+        return {}
+    tags = {"memloop.prompts_from": source}
+    if source.startswith("prompts:"):
+        tags.update(tracker.registered_source(tracking_uri, source))
+        return tags
+    path = Path(source).expanduser()
+    path = path if path.is_absolute() else Path(policy_yaml).parent / path
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:12]:
+            if m := _EXPORT_RUN.match(line):
+                tags["memloop.prompts_from.run"] = m.group(1)
+            elif m := _EXPORT_CYCLE.match(line):
+                tags["memloop.prompts_from.cycle"] = m.group(1)
+    return tags
