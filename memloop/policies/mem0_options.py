@@ -245,6 +245,12 @@ def _secret_of(key: Any, fields: set[str]) -> str | None:
     return None
 
 
+def secret_keys(option: dict[str, Any]) -> list[str]:
+    """The `<field>_env` keys of a `vector_store:` option (credentials read at run time)."""
+    fields = set(store_config_class(option["provider"]).model_fields)
+    return [k for k in (option.get("config") or {}) if _secret_of(k, fields) is not None]
+
+
 def _first_error(exc: ValueError) -> tuple[str, str]:
     """(the dotted key, the message) of the first problem a mem0 config class found."""
     errors = getattr(exc, "errors", None)

@@ -114,8 +114,8 @@ class AWEProgram(dspy.Module):
     """Predictors `fact_extraction` and `memory_update`.
 
     mem0 formats and sends these prompts itself (as custom_fact_extraction_prompt /
-    custom_update_memory_prompt); the program is the container the optimizer edits and the file a
-    checkpoint stores.
+    custom_update_memory_prompt); the program is the container the optimizer edits, the file a
+    checkpoint stores, and, exported, a DSPy program that runs both steps (`forward`).
     """
 
     def __init__(
@@ -127,8 +127,16 @@ class AWEProgram(dspy.Module):
         self.fact_extraction = dspy.Predict(ExtractFacts.with_instructions(fact_extraction))
         self.memory_update = dspy.Predict(ReconcileMemories.with_instructions(memory_update))
 
-    def forward(self, **kwargs: Any) -> dspy.Prediction:
-        raise NotImplementedError("mem0 runs the AWE prompts; this program only carries them")
+    def forward(self, conversation: str, existing_memories: str = "[]") -> dspy.Prediction:
+        """mem0's two steps as DSPy runs them: extract, then reconcile.
+
+        The facts of `conversation`, then the memory events that reconcile them with
+        `existing_memories` (JSON list of {id, text}). Inside memloop mem0 sends these prompts
+        itself; this makes the exported program run on its own (`dspy.load`).
+        """
+        facts = self.fact_extraction(conversation=conversation).facts
+        update = self.memory_update(existing_memories=existing_memories, new_facts=facts)
+        return dspy.Prediction(facts=facts, memory=update.memory)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -143,6 +151,20 @@ def save_program(program: dspy.Module, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp.json")
     program.save(str(tmp))
     tmp.replace(path)
+
+
+def save_whole_program(program: dspy.Module, folder: Path) -> None:
+    """The program with its class (DSPy's `save_program=True`), for `dspy.load(folder)`.
+
+    Written to a temporary folder renamed into place; an earlier one is replaced.
+    """
+    import shutil
+
+    tmp = folder.with_name(f".{folder.name}_tmp")  # DSPy wants a folder name without a suffix
+    shutil.rmtree(tmp, ignore_errors=True)
+    program.save(str(tmp), save_program=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.replace(folder)
 
 
 def load_program(program: dspy.Module, path: Path) -> None:

@@ -7,9 +7,9 @@ The cycle is the one selected on validation users (compare's rule, `select_cycle
 
 Formats:
 - ``text``: each prompt under a ``=== name ===`` line, after ``#`` lines saying where it came from;
-- ``mem0``: a JSON config mem0's own ``MemoryConfig`` accepts, with
-  ``custom_fact_extraction_prompt`` and ``custom_update_memory_prompt`` (AWE runs only); merge
-  your llm/embedder/vector_store into it;
+- ``mem0``: a JSON config ``mem0.Memory.from_config`` builds offline (AWE runs only): both
+  prompts as ``custom_fact_extraction_prompt`` / ``custom_update_memory_prompt``, and the run's
+  embedder, vector store, graph store and LLM endpoint (`mem0_config`);
 - ``dspy``: the policy's DSPy program (``AWIProgram``/``AWEProgram``) saved with DSPy's ``save``;
   ``program.load(path)`` restores it.
 
@@ -63,10 +63,13 @@ class Exported:
     test_objective: float | None
     commit: str | None
     prompts: dict[str, str]
+    policy_config: dict[str, Any] | None = None  # the run's policy YAML (its spec)
+    agent: dict[str, Any] | None = None  # the run's agent endpoint (model, base_url, ...)
 
     def source(self) -> dict[str, Any]:
         out = asdict(self)
-        out.pop("prompts")
+        for key in ("prompts", "policy_config", "agent"):
+            out.pop(key)
         return out
 
 
@@ -119,6 +122,8 @@ def from_folder(folder: Path, cycle: int | None) -> Exported:
         test_objective=test,
         commit=document.get("git_revision"),
         prompts=prompts,
+        policy_config=dict(spec.policy),
+        agent=dict(spec.endpoints.get("agent", {})),
     )
 
 
@@ -154,10 +159,11 @@ def from_mlflow(name: str, tracking_uri: str, cycle: int | None) -> Exported:
         k, rule = _pick(records, objective, cycle, name)
         prompts = logged_prompts(mlc, run.info.run_id, k)
     val, test = _scores(records[k], objective)
+    spec = spec_from_params(run.data.params)
     return Exported(
         run=name,
         run_id=run.info.run_id,
-        policy=str(spec_from_params(run.data.params).get("policy.type")),
+        policy=str(spec.get("policy.type")),
         cycle=k,
         rule=rule,
         objective=objective,
@@ -165,7 +171,27 @@ def from_mlflow(name: str, tracking_uri: str, cycle: int | None) -> Exported:
         test_objective=test,
         commit=run.data.tags.get("mlflow.source.git.commit"),
         prompts=prompts,
+        policy_config=_unflatten(spec, "policy."),
+        agent=_unflatten(spec, "endpoints.agent."),
     )
+
+
+def _unflatten(flat: dict[str, str], prefix: str) -> dict[str, Any]:
+    """The nested mapping of the `prefix`ed params (values as JSON where they parse)."""
+    out: dict[str, Any] = {}
+    for key, text in flat.items():
+        if not key.startswith(prefix):
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        *parents, leaf = key[len(prefix) :].split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def load_exported(run: str, tracking_uri: str, cycle: int | None = None) -> Exported:
@@ -261,7 +287,15 @@ EXPORT_MARK = "an export records the sha256 of what it wrote"
 
 
 def mem0_config(exported: Exported) -> dict[str, Any]:
-    """A MemoryConfig-shaped mapping: the two custom prompts and the source (mem0 ignores it)."""
+    """mem0's MemoryConfig of the run: both prompts, and the embedder, stores and LLM it used.
+
+    `mem0.Memory.from_config` builds it offline: the embedder is the run's sentence-transformers
+    model as a local folder, the vector store the run's (the default in-process Qdrant as a
+    local Qdrant folder, `mem0-vector-store`), its graph store (mem0's in-memory Kùzu), the LLM
+    the run's agent model at its endpoint (a loopback server takes no key; a hosted one reads
+    OPENAI_API_KEY, as mem0 does). A part that cannot be written without a credential is
+    refused in one line. `memloop_source` says where it came from (mem0 ignores it).
+    """
     missing = [name for name in MEM0_KEYS if name not in exported.prompts]
     if missing:
         raise UserError(
@@ -271,10 +305,101 @@ def mem0_config(exported: Exported) -> dict[str, Any]:
     out: dict[str, Any] = {"version": "v1.1"}
     for name, key in MEM0_KEYS.items():
         out[key] = exported.prompts[name]
+    out.update(_mem0_parts(exported))
     out["memloop_source"] = exported.source()
     # the sha256 of the config without it: an edited config (your llm merged in) is not replaced
     out["memloop_source"][DIGEST_KEY] = json_sha256(out)
     return out
+
+
+MEM0_STORE_FOLDER = "mem0-vector-store"  # a local store's folder, relative to where mem0 runs
+
+
+def _mem0_parts(exported: Exported) -> dict[str, Any]:
+    """The embedder, vector store, graph store, LLM and history file of the run, for mem0."""
+    from memloop.policies.config import PACKAGED_EMBEDDER
+    from memloop.policies.embedder import resolve_embedding_model
+    from memloop.policies.mem0_options import (
+        COLLECTION,
+        mem0_graph_store,
+        mem0_vector_store,
+        secret_keys,
+    )
+
+    policy = exported.policy_config or {}
+    folder = resolve_embedding_model(policy.get("embedding_model") or PACKAGED_EMBEDDER)
+    dims = embedding_dims(folder)
+    option = policy.get("vector_store")
+    if option is None:  # memloop's default: an in-process Qdrant, here kept in a folder
+        store: dict[str, Any] = {
+            "provider": "qdrant",
+            "config": {
+                "collection_name": COLLECTION,
+                "embedding_model_dims": dims,
+                "path": MEM0_STORE_FOLDER,
+            },
+        }
+    else:
+        secrets = secret_keys(option)
+        if secrets:
+            raise UserError(
+                f"--format mem0: the run's vector_store ({option['provider']}) reads "
+                f"{', '.join(secrets)} from the environment at run time, and an export writes no "
+                "credential; export --format text and give mem0 that store yourself"
+            )
+        store = mem0_vector_store(option, dims=dims, folder=Path(MEM0_STORE_FOLDER), kind="awe")
+    parts: dict[str, Any] = {
+        "embedder": {
+            "provider": "huggingface",
+            "config": {"model": str(folder), "embedding_dims": dims},
+        },
+        "vector_store": store,
+        "llm": _mem0_llm(exported.agent or {}),
+        "history_db_path": "mem0-history.sqlite",
+    }
+    graph = policy.get("graph_store")
+    if graph is not None:
+        parts["graph_store"] = mem0_graph_store(graph)
+    return parts
+
+
+def _mem0_llm(agent: dict[str, Any]) -> dict[str, Any]:
+    """mem0's OpenAI-compatible LLM at the run's agent endpoint."""
+    from urllib.parse import urlparse
+
+    from memloop.llm.endpoint import LOCAL
+
+    base_url = agent.get("base_url")
+    if not base_url or base_url == LOCAL:
+        raise UserError(
+            "--format mem0: the run's agent was memloop's embedded model, which has no fixed "
+            "address for mem0 to call; export --format text (or run the policy on a served "
+            "endpoint) and give mem0 your llm"
+        )
+    config: dict[str, Any] = {"model": agent.get("model"), "openai_base_url": base_url}
+    for key in ("temperature", "max_tokens"):
+        if agent.get(key) is not None:
+            config[key] = agent[key]
+    if urlparse(base_url).hostname in ("127.0.0.1", "localhost", "::1"):
+        config["api_key"] = "not-needed"  # a loopback server takes none; this is no credential
+    return {"provider": "openai", "config": config}
+
+
+def embedding_dims(folder: Path) -> int:
+    """The vector size of a sentence-transformers folder, read without loading the model.
+
+    Its pooling layer's size, else the model's hidden size.
+    """
+    sizes = (("1_Pooling/config.json", "word_embedding_dimension"), ("config.json", "hidden_size"))
+    for name, key in sizes:
+        path = folder / name
+        if path.is_file():
+            value = json.loads(path.read_text()).get(key)
+            if isinstance(value, int):
+                return value
+    raise UserError(
+        f"{folder}: no vector size in its config files (not a sentence-transformers folder?)"
+    )
 
 
 def dspy_program(exported: Exported):
@@ -308,13 +433,34 @@ def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
     if fmt == "mem0":
         atomic_write_json(out, mem0_config(exported), indent=2)
         return [out]
-    from memloop.policies.programs import save_program
+    from memloop.policies.programs import save_program, save_whole_program
 
     if out.suffix != ".json":
         raise UserError(f"--out {out}: DSPy saves a program's state as .json; name a .json file")
+    whole = _whole_program_dir(out)
+    if whole.exists() and not (whole / "metadata.json").is_file():
+        raise UserError(f"--out {out}: {whole} exists and is no DSPy program folder; not replaced")
     program = dspy_program(exported)
     interrupt.check()  # loading DSPy takes a second
     save_program(program, out)
+    # the whole program too, for DSPy's own loader: dspy.load(DIR, allow_pickle=True)
+    save_whole_program(program, whole)
     source = _source_of(out)
-    atomic_write_json(source, {**exported.source(), DIGEST_KEY: file_sha256(out)}, indent=2)
-    return [out, source]
+    module = f"{type(program).__module__}.{type(program).__qualname__}"
+    atomic_write_json(
+        source,
+        {
+            **exported.source(),
+            "module": module,
+            "load": f"{type(program).__name__}().load({out.name!r}), or "
+            f"dspy.load({whole.name!r}, allow_pickle=True)",
+            DIGEST_KEY: file_sha256(out),
+        },
+        indent=2,
+    )
+    return [out, whole, source]
+
+
+def _whole_program_dir(out: Path) -> Path:
+    """Where `dspy.load` finds the exported program: `<name>_program/` beside the state file."""
+    return out.with_name(f"{out.stem}_program")

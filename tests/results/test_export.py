@@ -78,9 +78,16 @@ def test_dspy_export_loads_into_the_policys_program(evolved, tmp_path):
     assert main(argv) == 0
     program = AWIProgram()
     program.load(str(out))
-    assert program_prompts(program) == CycleStore(outcome.run_dir).saved_prompts(2)
+    saved = CycleStore(outcome.run_dir).saved_prompts(2)
+    assert program_prompts(program) == saved
     source = json.loads(out.with_name("writer.source.json").read_text())
     assert (source["cycle"], source["rule"], source["policy"]) == (2, "--cycle 2", "awi")
+    # the file names the class to load it into, and DSPy's own loader reads the whole program
+    assert source["module"] == "memloop.policies.programs.AWIProgram"
+    import dspy
+
+    loaded = dspy.load(str(tmp_path / "writer_program"), allow_pickle=True)
+    assert type(loaded) is AWIProgram and program_prompts(loaded) == saved
 
 
 @pytest.mark.parametrize(
@@ -115,7 +122,9 @@ def test_an_unknown_run_is_one_line(evolved, tmp_path, capsys):
 EVOLVED_RULE = " Write every fact in the present tense and keep each under twelve words."
 
 
-def awe_export(tmp_path: Path) -> Path:
+def awe_export(
+    tmp_path: Path, base_url: str = "http://127.0.0.1:9/v1", policy: dict | None = None
+) -> Path:
     exported = Exported(
         run="runs/x/complete-reflective",
         run_id=None,
@@ -130,6 +139,8 @@ def awe_export(tmp_path: Path) -> Path:
             "fact_extraction": AWE_FACT_EXTRACTION_INSTRUCTIONS + EVOLVED_RULE,
             "memory_update": AWE_MEMORY_UPDATE_INSTRUCTIONS,
         },
+        policy_config={"type": "awe", **(policy or {})},
+        agent={"model": "m", "base_url": base_url, "temperature": 0.0},
     )
     out = tmp_path / "mem0.json"
     write_export(exported, "mem0", out)
@@ -151,37 +162,71 @@ def test_the_mem0_file_is_a_memory_config_with_both_prompts(tmp_path):
     assert set(program_prompts(AWEProgram())) == {"fact_extraction", "memory_update"}
 
 
-@pytest.mark.real_model
-def test_an_exported_mem0_config_extracts_with_the_evolved_prompt(local_client, tmp_path):
-    """mem0's own Memory, on the embedded model through mem0's OpenAI provider."""
+def test_mem0_builds_the_exported_config_offline_with_the_runs_embedder_and_store(
+    tmp_path, monkeypatch
+):
+    """`Memory.from_config` on the file as written: no network, no key (a loopback LLM)."""
     from mem0 import Memory
+    from mem0.vector_stores.qdrant import Qdrant
 
     from memloop.policies.config import PACKAGED_EMBEDDER
     from memloop.policies.embedder import resolve_embedding_model
 
     config = json.loads(awe_export(tmp_path).read_text())
-    config.pop("memloop_source")
-    config.update(
-        llm={
-            "provider": "openai",
-            "config": {
-                "model": "local-0.5b",
-                "api_key": "unused",
-                "openai_base_url": local_client.resolved_base_url(),
-                "temperature": 0.0,
-                "max_tokens": 200,
-            },
-        },
-        embedder={
-            "provider": "huggingface",
-            "config": {"model": str(resolve_embedding_model(PACKAGED_EMBEDDER))},
-        },
-        vector_store={
-            "provider": "qdrant",
-            "config": {"path": str(tmp_path / "qdrant"), "embedding_model_dims": 384},
-        },
-        history_db_path=str(tmp_path / "history.sqlite"),
-    )
+    monkeypatch.chdir(tmp_path)  # the store and history files are relative to where mem0 runs
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    memory = Memory.from_config(config)
+    assert memory.embedding_model.config.model == str(resolve_embedding_model(PACKAGED_EMBEDDER))
+    assert len(memory.embedding_model.embed("I live in Oslo.")) == 384  # MiniLM, offline
+    assert isinstance(memory.vector_store, Qdrant) and (tmp_path / "mem0-vector-store").is_dir()
+    assert memory.config.llm.config["openai_base_url"] == "http://127.0.0.1:9/v1"
+    assert memory.config.custom_fact_extraction_prompt.endswith(EVOLVED_RULE)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "policy", "needle"),
+    [
+        ("local", None, "the run's agent was memloop's embedded model"),
+        (
+            "http://127.0.0.1:9/v1",
+            {"vector_store": {"provider": "pgvector", "config": {"password_env": "PGPASS"}}},
+            "vector_store (pgvector) reads password_env from the environment",
+        ),
+    ],
+)
+def test_a_mem0_part_that_cannot_be_exported_is_refused_in_one_line(
+    tmp_path, base_url, policy, needle
+):
+    from memloop.core.errors import UserError
+
+    with pytest.raises(UserError, match="--format mem0: ") as info:
+        awe_export(tmp_path, base_url, policy)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "mem0.json").exists()
+
+
+def test_the_exported_awe_program_runs_both_steps():
+    import dspy
+    from dspy.utils.dummies import DummyLM
+
+    program = AWEProgram(fact_extraction="Extract the user's facts.")
+    lm = DummyLM([{"facts": ["Lives in Oslo"]}, {"memory": '[{"id": "new", "event": "ADD"}]'}])
+    with dspy.context(lm=lm):
+        out = program(conversation="user: I live in Oslo now.")
+    assert out.facts == ["Lives in Oslo"]
+    assert json.loads(out.memory) == [{"id": "new", "event": "ADD"}]
+
+
+@pytest.mark.real_model
+def test_an_exported_mem0_config_extracts_with_the_evolved_prompt(local_client, tmp_path):
+    """mem0's own Memory, on the embedded model through mem0's OpenAI provider."""
+    from mem0 import Memory
+
+    base_url = local_client.resolved_base_url()
+    config = json.loads(awe_export(tmp_path, base_url).read_text())
+    config["llm"]["config"].update(model="local-0.5b", max_tokens=200)
+    config["vector_store"]["config"]["path"] = str(tmp_path / "qdrant")
+    config["history_db_path"] = str(tmp_path / "history.sqlite")
     memory = Memory.from_config(config)
     sent: list[list[dict]] = []
     generate = memory.llm.generate_response
