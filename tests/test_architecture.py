@@ -379,6 +379,7 @@ def test_the_tests_mirror_the_packages():
     assert len(folders) >= 8
     assert sorted(p.name for p in files if p.parent == tests) == [
         "test_architecture.py",
+        "test_docs_commands.py",
         "test_docs_data.py",
     ]
     names = [p.name for p in files]

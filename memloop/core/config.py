@@ -1,8 +1,10 @@
 """YAML + pydantic config loading with one rule for paths.
 
 The rule: a path written inside a YAML file is relative to the folder of that YAML file (an
-absolute path, or one starting with ``~``, is taken as it is). A path given on the command line is
-relative to the working directory, as every shell user expects.
+absolute path, or one starting with ``~``, is taken as it is). When no file is there but memloop
+ships one at that path (under memloop/experiments/), the shipped file is used: a copy of a shipped
+YAML keeps naming the shipped policies and endpoints. A path given on the command line is relative
+to the working directory, as every shell user expects.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from memloop.core.errors import UserError
 from memloop.core.files import read_user_text
+from memloop.core.settings import SHIPPED_FILES
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -134,14 +137,19 @@ def parse_model(cls: type[M], data: Any, where: str) -> M:
 def resolve_relative(value: str, yaml_path: str | Path) -> str:
     """A path named inside ``yaml_path``, resolved against that file's folder.
 
-    A URI (``hf://OWNER/NAME``, any ``scheme://``) is not a path and is left alone.
+    When nothing is there but memloop ships a file at that path, the shipped file. A URI
+    (``hf://OWNER/NAME``, any ``scheme://``) is not a path and is left alone.
     """
     if "://" in value:
         return value
     candidate = Path(value).expanduser()
     if candidate.is_absolute():
         return str(candidate)
-    return str((Path(yaml_path).resolve().parent / candidate).resolve())
+    beside = (Path(yaml_path).resolve().parent / candidate).resolve()
+    shipped = (SHIPPED_FILES / candidate).resolve()
+    if not beside.exists() and shipped.is_file() and shipped.is_relative_to(SHIPPED_FILES):
+        return str(shipped)  # a copied shipped YAML naming a shipped file
+    return str(beside)
 
 
 def resolve_path_keys(

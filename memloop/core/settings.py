@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+SHIPPED_FILES = Path(__file__).resolve().parents[1] / "experiments"
+"""The YAML files memloop ships (endpoints, policies, environments, experiments)."""
 TRACES_ENV = "MEMLOOP_TRACES"
 """`MEMLOOP_TRACES=0` logs no episode traces to MLflow (each span is one store transaction: about
 0.1 s per session trace on a local sqlite store)."""

@@ -260,6 +260,41 @@ class ChatClient:
             return resolve_packaged_model(self.endpoint.model).key
         return self.endpoint.model
 
+    def preflight(self, timeout_s: float = 10.0) -> None:
+        """Refuse, in one line and before any work starts, an endpoint that cannot serve.
+
+        One GET of the OpenAI-compatible `/models` list (no tokens spent): an unreachable server,
+        a rejected key (401/403) and a model the server does not list are refused; a server
+        that has no such list (any other answer) is taken as it is. The embedded model is not
+        asked (it starts on first use, from files already checked).
+        """
+        if self.endpoint.is_local:
+            return
+        base = self.endpoint.base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {self.endpoint.api_key()}"}
+        try:
+            response = httpx.get(f"{base}/models", headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise EndpointUnreachable(
+                f"cannot reach {base} ({_short(exc)}); start the server or fix base_url in the "
+                "endpoint file"
+            ) from None
+        if response.status_code in (401, 403):
+            key_variable = self.endpoint.api_key_env or "(none configured: set api_key_env)"
+            raise UserError(
+                f"{base} rejected the API key (HTTP {response.status_code}); check the "
+                f"variable {key_variable}"
+            )
+        if response.status_code != 200:
+            return
+        try:
+            listed = [str(m["id"]) for m in response.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            return  # not OpenAI's list: nothing to check against
+        if listed and self.endpoint.model not in listed:
+            shown = ", ".join(sorted(listed)[:8]) + (", ..." if len(listed) > 8 else "")
+            raise UserError(f"{base} serves no model {self.endpoint.model!r} (it lists: {shown})")
+
     def resolved_base_url(self) -> str:
         """The URL requests go to; starts the embedded model on first use."""
         if self._resolved_base_url is None:

@@ -49,6 +49,15 @@ class RoleClients:
 
         return cls(*(get(endpoint) for endpoint in endpoints))
 
+    def preflight(self) -> None:
+        """`ChatClient.preflight` of each distinct endpoint: before any progress is shown."""
+        seen: set[int] = set()
+        for role in ROLES:
+            client = getattr(self, role)
+            if id(client) not in seen:
+                seen.add(id(client))
+                client.preflight()
+
     @classmethod
     def single(cls, client: ChatClient) -> RoleClients:
         """Every role on one client (tests, benchmarks, a one-endpoint setup)."""

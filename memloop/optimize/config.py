@@ -407,7 +407,8 @@ def load_config(path: str | Path, cls: type[_Strict]) -> Any:
         if ref and "://" not in ref and not Path(ref).is_file():
             raise UserError(
                 f"{path}: key '{key}': no such file {ref} (paths inside a YAML file "
-                "are relative to that file's folder)"
+                "are relative to that file's folder, else one memloop ships in "
+                "memloop/experiments/)"
             )
     return config
 

@@ -49,6 +49,7 @@ from memloop.core.tables import format_table
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
 from memloop.optimize.context import (
+    OBJECTIVE_SECTION,
     evaluation_settings,
     load_environment,
     role_clients,
@@ -162,7 +163,8 @@ def open_study(config: TuneConfig, spec: RunSpec):
     """The study (created or continued); refuses one made for other settings.
 
     The refusal is one line naming what changed (environment, users, policy, grid, ...): Optuna
-    cannot change a parameter's choices within a study.
+    cannot change a parameter's choices within a study. A study none of whose trials finished
+    takes the new settings instead.
     """
     import optuna
 
@@ -187,7 +189,11 @@ def open_study(config: TuneConfig, spec: RunSpec):
             f"{config.source}: study {config.study_name!r} in {config.storage} was made by an "
             "older memloop (no run spec recorded); set `study:` to a new name"
         )
-    if found is None:
+    # settings no trial finished under (every trial failed, e.g. on an undefined objective) ranked
+    # nothing: new ones replace them, so following a failure's hint needs no new study name
+    states = {t.state.name for t in study.trials}
+    unused = not states & {"COMPLETE", "RUNNING", "WAITING"}
+    if found is None or (unused and study_identity(found) != study_identity(spec.identity())):
         study.set_user_attr(SPEC_ATTR, spec.identity())
     elif study_identity(found) != study_identity(spec.identity()):
         changed = differences(study_identity(found), study_identity(spec.identity()))
@@ -617,7 +623,13 @@ class Tuner:
             step=0,
         )
         tracker.finish_run(mlc, run_id)
-        tracker.log_metrics(mlc, parent_id, {f"val/{objective}": score}, step=trial.number)
+        # the objective per trial, drawn first (the capital section), as evolve's per cycle
+        tracker.log_metrics(
+            mlc,
+            parent_id,
+            {f"val/{objective}": score, f"{OBJECTIVE_SECTION}/val_{objective}": score},
+            step=trial.number,
+        )
         self.added += 1
         return (score, tokens) if config.minimize_tokens else score
 
@@ -632,16 +644,22 @@ class Tuner:
             **params,
             **{k: m[k] for k in (*TRIAL_METRICS, "users")},
         }
-        tracker.log_metrics(
-            mlc,
-            parent_id,
-            {
-                **{f"test/{k}": m[k] for k in TRIAL_METRICS},
-                **{f"test/{k}": v for k, v in m["diagnosis"].items()},
-                "test/trial": float(best["number"]),
-            },
-            step=best["number"],
+        # the best trial's test numbers as the run's tags (a grown study may name another best
+        # trial): numbers to read on the run's page, not one-point charts
+        values = {
+            **{k: m[k] for k in TRIAL_METRICS},
+            **m["diagnosis"],
+            "users": m["users"],
+        }
+        tags = {f"headline.test_{k}": "n/a" if v is None else f"{v:.4g}" for k, v in values.items()}
+        tags["headline.trial"] = str(best["number"])
+        setting = ", ".join(f"{k} {params[k]}" for k in params)
+        shown = tags.get(f"headline.test_{self.ranked_on}", "n/a")
+        tags[tracker.DESCRIPTION_TAG] = (
+            f"**tune {self.config.study_name}**: best trial {best['number']} ({setting}) on "
+            f"validation; on {m['users']} test users {self.ranked_on} {shown}."
         )
+        tracker.set_tags(mlc, parent_id, tags)
         atomic_write_json(self.config.output_root / "test_best.json", row)
         return row
 

@@ -280,10 +280,12 @@ def is_export(path: Path) -> bool:
 def _is_source_file(path: Path) -> bool:
     """Whether `path` is a DSPy export's ``.source.json`` (memloop's fields, nothing else)."""
     document = _small_json(path)
-    return _is_source(document) and set(document) <= _SOURCE_KEYS | set(Exported.__annotations__)
+    fields = _SOURCE_KEYS | set(Exported.__annotations__) | DSPY_SOURCE_KEYS
+    return _is_source(document) and set(document) <= fields
 
 
 EXPORT_MARK = "an export records the sha256 of what it wrote"
+DSPY_SOURCE_KEYS = {"module", "load"}  # a DSPy export's .source.json: the class, how to load it
 
 
 def mem0_config(exported: Exported) -> dict[str, Any]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import memloop
+from memloop.core.settings import SHIPPED_FILES
 
 PACKAGE = Path(memloop.__file__).resolve().parent
 REPO = PACKAGE.parent
 TEST_DATA = REPO / "tests" / "data"
-SHIPPED = PACKAGE / "experiments"  # endpoints, policies, environments, experiment files
+SHIPPED = SHIPPED_FILES  # endpoints, policies, environments, experiment files

@@ -65,6 +65,27 @@ def test_paths_inside_a_yaml_are_relative_to_its_folder(tmp_path):
     assert overridden.cycles == 4 and overridden.policy == str(tmp_path / "policies" / "awi.yaml")
 
 
+def test_a_copied_shipped_yaml_keeps_naming_the_shipped_files(tmp_path):
+    """The quickstart's YAML copied elsewhere: its `policy:` is found among the shipped files;
+    a file beside the copy wins over the shipped one; a path in neither place stays beside."""
+    from memloop.core.settings import SHIPPED_FILES
+    from memloop.optimize.config import EvolveConfig, load_config
+
+    copy = tmp_path / "mine.yaml"
+    copy.write_text((SHIPPED_FILES / "quickstart.yaml").read_text())
+    config = load_config(copy, EvolveConfig)
+    assert config.policy == str(SHIPPED_FILES / "policies" / "awi-quickstart.yaml")
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "awi-quickstart.yaml").write_text("type: awi\n")
+    assert load_config(copy, EvolveConfig).policy == str(
+        tmp_path / "policies" / "awi-quickstart.yaml"
+    )
+    path = tmp_path / "run.yaml"
+    path.write_text("policy: policies/none-such.yaml\n")
+    config = load_yaml_model(Experiment, path, path_keys=("policy",))
+    assert config.policy == str(tmp_path / "policies" / "none-such.yaml")
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -456,6 +456,7 @@ def test_a_mem0_config_with_the_users_llm_merged_in_is_not_replaced(tmp_path):
         test_objective=None,
         commit=None,
         prompts={"fact_extraction": "Extract facts.", "memory_update": "Update memories."},
+        agent={"model": "m", "base_url": "http://127.0.0.1:9/v1"},
     )
     out = tmp_path / "mem0.json"
     write_export(exported, "mem0", out)

@@ -103,7 +103,14 @@ def test_objective_on_validation_best_on_test_and_rerun_continues(tmp_path):
     exp = mlc.get_experiment_by_name("unit-tune")
     runs = mlc.search_runs([exp.experiment_id])
     (parent,) = [r for r in runs if r.data.tags["memloop.kind"] == "tune"]
-    assert parent.data.metrics["test/overall"] == pytest.approx(second.test["overall"])
+    # the best trial's test numbers are tags (no one-point charts), the objective's curve first
+    assert parent.data.tags["headline.test_overall"] == f"{second.test['overall']:.4g}"
+    assert parent.data.tags["headline.trial"] == str(best["number"])
+    assert not [k for k in parent.data.metrics if k.startswith("test/")]
+    objective = parent.data.tags["memloop.objective"]
+    curve = mlc.get_metric_history(parent.info.run_id, f"Objective/val_{objective}")
+    assert sorted(c.step for c in curve) == sorted(t["number"] for t in second.trials)
+    assert f"best trial {best['number']}" in parent.data.tags["mlflow.note.content"]
     assert len(parent.data.params["spec.catalogue_sha256"]) == 64
     assert parent.data.params["spec.scorer_version"] == SCORER_VERSION == "3"
     assert json.loads(parent.data.params["spec.optimizer.space.top_k"]) == [10, 30]
@@ -304,8 +311,10 @@ def test_an_undefined_objective_stops_tuning_and_state_accuracy_ranks_trials(tmp
         # this environment's gold answers are rarely option 2: the upper bound never beats random
         with pytest.raises(UserError, match="memory_score is undefined on the 2 validation"):
             tune(tmp_path / "a", fake)
-        config, outcome = tune(tmp_path / "b", fake, objective="state_accuracy")
+        # the hint followed in the same folder and study: the failed trial fixed no settings
+        config, outcome = tune(tmp_path / "a", fake, objective="state_accuracy")
     study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    assert study.user_attrs["memloop.run_spec"]["objective"] == "state_accuracy"
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 2
     for t in done:  # each trial's value is its validation state accuracy

@@ -156,6 +156,7 @@ def run_eval(args: argparse.Namespace) -> int:
     clients = roles(
         endpoint_ref(args), args.sim_endpoint, args.checker_endpoint, cache=args.cache or "default"
     )
+    clients.preflight()  # an unreachable server, a bad key or model: one line, before progress
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: is a file, not a folder")

@@ -34,7 +34,9 @@ def every_role_clients(args: argparse.Namespace, config: Any) -> Any:
     if isinstance(ref, str):
         for role in ("agent", "user_sim", "checker", "optimizer"):
             setattr(config.endpoints, role, ref)
-    return role_clients(config.endpoints) if ref is None or isinstance(ref, str) else roles(ref)
+    clients = role_clients(config.endpoints) if ref is None or isinstance(ref, str) else roles(ref)
+    clients.preflight()  # an unreachable server, a bad key or model: one line, before progress
+    return clients
 
 
 def register_evolve(sub: argparse._SubParsersAction) -> None:
