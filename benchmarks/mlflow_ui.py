@@ -168,7 +168,8 @@ def main() -> int:
                     )
                 for name, path in pages.items():
                     out = RESULTS / f"mlflow_ui_{name}.png"
-                    screenshot(base + path, out)
+                    # a trace opens, and charts draw, after the list's requests: more time
+                    screenshot(base + path, out, budget_ms=45000)
                     shots.append(str(out.relative_to(ROOT)))
         except RuntimeError as exc:
             sys.exit(str(exc))

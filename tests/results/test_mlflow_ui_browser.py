@@ -53,6 +53,9 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
         prompts_page = rendered(f"{base}#/experiments/{exp}/prompts")
         default_prompts = rendered(f"{base}#/experiments/0/prompts")  # MLflow's Default
     text = html.unescape(page)
+    # the trace itself is open, not only the list (whose columns preview the same words): its
+    # span tree names the turns and the writes
+    assert "turn 1" in text and "memory write" in text, "the trace's spans are not shown"
     assert said in text
     assert label in text
     assert prompt in html.unescape(prompts_page)
