@@ -59,7 +59,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix memloop tests benchmarks examples
 	$(BIN)/ruff format memloop tests benchmarks examples
 
-# The first pass of `make test` alone: no model starts (about 3.5 min on 2 cores).
+# The first pass of `make test` alone: no model starts (about 4 min on 2 cores).
 test-fast: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
 
