@@ -45,6 +45,7 @@ from memloop.runs.cycles import (
     CycleRecord,
     Selection,
     best_alias_cycle,
+    headline_values,
     select_cycle,
     val_per_user,
 )
@@ -500,9 +501,9 @@ class RunContext:
         # show them; the per-cycle curves are the metrics
         params: dict[str, str] = {"selection.cycle": str(chosen.cycle)}
         if "test" in record.splits:
-            for m in (*CYCLE_METRICS, "users"):
-                value = record.score("test", m)
-                params[f"headline.test_{m}"] = "n/a" if value is None else f"{value:.4g}"
+            params.update(
+                headline_values({m: record.score("test", m) for m in (*CYCLE_METRICS, "users")})
+            )
         gate = chosen.gate or {}
         if gate:
             params["selection.gate_n"] = str(gate["n"])

@@ -56,7 +56,7 @@ from memloop.optimize.context import (
     split_users,
 )
 from memloop.runs import tracker
-from memloop.runs.cycles import cost_metrics
+from memloop.runs.cycles import cost_metrics, headline_values
 from memloop.runs.spec import RunSpec, differences
 
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
@@ -651,7 +651,7 @@ class Tuner:
             **m["diagnosis"],
             "users": m["users"],
         }
-        tags = {f"headline.test_{k}": "n/a" if v is None else f"{v:.4g}" for k, v in values.items()}
+        tags = headline_values(values)
         tags["headline.trial"] = str(best["number"])
         setting = ", ".join(f"{k} {params[k]}" for k in params)
         shown = tags.get(f"headline.test_{self.ranked_on}", "n/a")

@@ -41,6 +41,14 @@ CYCLE_METRICS = (
     "utilization",
     "memory_score_undefined_periods",
 )
+
+
+def headline_values(values: dict[str, float | None]) -> dict[str, str]:
+    """`headline.test_<metric>` -> its text (4 significant digits, `n/a` where undefined): a
+    run's test numbers as MLflow params or tags (evolve, eval and tune write them alike)."""
+    return {
+        f"headline.test_{k}": "n/a" if v is None else f"{v:.4g}" for k, v in values.items()
+    }
 Split = Literal["train", "val", "test"]
 SELECTION_SPLIT: Split = "val"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from memloop.feedback.evaluate import EvaluationResult
 from memloop.runs import tracker
-from memloop.runs.cycles import CYCLE_METRICS, CycleRecord
+from memloop.runs.cycles import CYCLE_METRICS, CycleRecord, headline_values
 from memloop.runs.spec import RunSpec
 from memloop.runs.traces import episode_traces
 
@@ -71,9 +71,7 @@ def log_eval(
         )
         tracker.log_text(mlc, run_id, record.model_dump_json(indent=1), "cycle/cycle_00.json")
         tracker.log_text(mlc, run_id, _json(prompts), "prompts/cycle_00.json")
-        params = {
-            f"headline.test_{m}": _num(record.score("test", m)) for m in (*CYCLE_METRICS, "users")
-        }
+        params = headline_values({m: record.score("test", m) for m in (*CYCLE_METRICS, "users")})
         tracker.log_params_once(mlc, run_id, params)
         users = {u: "test" for u in record.splits["test"].per_user} if record.splits else {}
         episodes = out / "episodes"
@@ -97,10 +95,6 @@ def log_eval(
         raise
     tracker.finish_run(mlc, run_id)
     return run_id, name
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _json(value: Any) -> str:

@@ -118,8 +118,10 @@ def user_traces(
 def _stored(added: list[str], removed: list[str], probes: dict[str, int] | None) -> str:
     """The trace list's Response column: what memory gained and lost, then the probes."""
     parts = [f"+{len(added)} / -{len(removed)} memory lines"]
-    if added:
-        parts.append(f"first added: {added[0][:120]}")
+    # a line ending in ':' is a view's heading ("Memory (label: value):"), not a stored fact
+    facts = [line for line in added if not line.rstrip().endswith(":")]
+    if facts:
+        parts.append(f"first added: {facts[0][:120]}")
     if probes is not None:
         parts.append(f"probes {probes['right']}/{probes['questions']} right")
     return "; ".join(parts)
