@@ -34,6 +34,7 @@ from memloop.llm.client import ChatClient
 from memloop.llm.usage import UsageRows, UsageTracker, usage_delta
 
 RECORD_VERSION = 1
+TURNS_FILE = "turns.json"  # per period: what each turn handed to memory (TurnLog)
 
 
 class SessionLog(BaseModel):
@@ -275,7 +276,7 @@ class EpisodeRunner:
             mode = "on_policy"
         record = PeriodRecord(user_id=self.item.id, period=p, mode=mode, sessions=sessions)
         out = period_dir(self.user_dir, p)
-        atomic_write_json(out / "turns.json", turns.dump())
+        atomic_write_json(out / TURNS_FILE, turns.dump())
         self.policy.save(out / "policy")
         if self.probe is not None:
             record.probes = self.probe(self.item, p, self.policy, record)

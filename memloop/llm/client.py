@@ -280,11 +280,7 @@ class ChatClient:
                 "endpoint file"
             ) from None
         if response.status_code in (401, 403):
-            key_variable = self.endpoint.api_key_env or "(none configured: set api_key_env)"
-            raise UserError(
-                f"{base} rejected the API key (HTTP {response.status_code}); check the "
-                f"variable {key_variable}"
-            )
+            raise self._key_rejected(response.status_code)
         if response.status_code != 200:
             return
         try:
@@ -294,6 +290,14 @@ class ChatClient:
         if listed and self.endpoint.model not in listed:
             shown = ", ".join(sorted(listed)[:8]) + (", ..." if len(listed) > 8 else "")
             raise UserError(f"{base} serves no model {self.endpoint.model!r} (it lists: {shown})")
+
+    def _key_rejected(self, status: int) -> UserError:
+        """The one line for a key the server refused, naming its variable (never the key)."""
+        key_variable = self.endpoint.api_key_env or "(none configured: set api_key_env)"
+        return UserError(
+            f"{self.endpoint.base_url} rejected the API key (HTTP {status}); check "
+            f"the variable {key_variable}"
+        )
 
     def resolved_base_url(self) -> str:
         """The URL requests go to; starts the embedded model on first use."""
@@ -539,11 +543,7 @@ class ChatClient:
                         time.perf_counter() - started,
                     )
                 except openai.AuthenticationError:
-                    key_variable = self.endpoint.api_key_env or "(none configured: set api_key_env)"
-                    raise UserError(
-                        f"{self.endpoint.base_url} rejected the API key (HTTP 401); check the "
-                        f"variable {key_variable}"
-                    ) from None
+                    raise self._key_rejected(401) from None
                 except openai.APIStatusError as exc:
                     raise LLMRequestError(
                         f"{self.endpoint.base_url} refused the request for model "

@@ -46,6 +46,7 @@ from memloop.runs.cycles import (
     Selection,
     best_alias_cycle,
     headline_values,
+    objective_curves,
     select_cycle,
     val_per_user,
 )
@@ -135,22 +136,7 @@ class RunOutcome:
 
 
 # the numbers a run's description names besides its objective
-HEADLINE_SHOWN = ("state_accuracy", "memory_score", "factual_recall")
-OBJECTIVE_SECTION = "Objective"
-"""The objective's per-cycle curves are logged again as `Objective/<split>_<objective>`: MLflow's
-UI orders chart sections by name, and a capital letter sorts before every memloop section."""
-
-
-def objective_curves(record: CycleRecord, objective: str) -> dict[str, float | None]:
-    """`Objective/val_<objective>` and `Objective/test_<objective>` of one cycle.
-
-    The splits it has; the same numbers as `val/<objective>` and `test/<objective>`, drawn first.
-    """
-    return {
-        f"{OBJECTIVE_SECTION}/{split}_{objective}": record.score(split, objective)
-        for split in ("val", "test")
-        if split in record.splits
-    }
+HEADLINE_SHOWN = ("memory_score", "state_accuracy", "factual_recall")
 
 
 class RunContext:
@@ -550,8 +536,8 @@ class RunContext:
                 f"{self.objective} {params[f'headline.test_{self.objective}']}"
                 + "".join(
                     f", {m} {params[f'headline.test_{m}']}"
-                    for m in CYCLE_METRICS
-                    if m != self.objective and m in HEADLINE_SHOWN
+                    for m in HEADLINE_SHOWN
+                    if m != self.objective
                 )
                 + ".",
             ]

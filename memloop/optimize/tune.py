@@ -49,14 +49,13 @@ from memloop.core.tables import format_table
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
 from memloop.optimize.context import (
-    OBJECTIVE_SECTION,
     evaluation_settings,
     load_environment,
     role_clients,
     split_users,
 )
 from memloop.runs import tracker
-from memloop.runs.cycles import cost_metrics, headline_values
+from memloop.runs.cycles import OBJECTIVE_SECTION, cost_metrics, headline_values
 from memloop.runs.spec import RunSpec, differences
 
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users

@@ -43,6 +43,23 @@ CYCLE_METRICS = (
 )
 
 
+OBJECTIVE_SECTION = "Objective"
+"""The objective's curves are logged again as `Objective/<split>_<objective>`: MLflow's UI orders
+chart sections by name, and a capital letter sorts before every memloop section."""
+
+
+def objective_curves(record: CycleRecord, objective: str) -> dict[str, float | None]:
+    """`Objective/val_<objective>` and `Objective/test_<objective>` of one cycle.
+
+    The splits it has; the same numbers as `val/<objective>` and `test/<objective>`, drawn first.
+    """
+    return {
+        f"{OBJECTIVE_SECTION}/{split}_{objective}": record.score(split, objective)
+        for split in ("val", "test")
+        if split in record.splits
+    }
+
+
 def headline_values(values: dict[str, float | None]) -> dict[str, str]:
     """`headline.test_<metric>` -> its text (4 significant digits, `n/a` where undefined): a
     run's test numbers as MLflow params or tags (evolve, eval and tune write them alike)."""

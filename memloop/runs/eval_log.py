@@ -18,7 +18,8 @@ from typing import Any
 
 from memloop.feedback.evaluate import EvaluationResult
 from memloop.runs import tracker
-from memloop.runs.cycles import CYCLE_METRICS, CycleRecord, headline_values
+from memloop.runs.cycles import CYCLE_METRICS, CycleRecord, headline_values, objective_curves
+from memloop.runs.inputs import prompt_file
 from memloop.runs.spec import RunSpec
 from memloop.runs.traces import episode_traces
 
@@ -66,19 +67,17 @@ def log_eval(
         tracker.log_metrics(
             mlc,
             run_id,
-            {f"Objective/test_{objective}": record.score("test", objective), **record.metrics()},
+            {**objective_curves(record, objective), **record.metrics()},
             step=0,
         )
         tracker.log_text(mlc, run_id, record.model_dump_json(indent=1), "cycle/cycle_00.json")
         tracker.log_text(mlc, run_id, _json(prompts), "prompts/cycle_00.json")
         params = headline_values({m: record.score("test", m) for m in (*CYCLE_METRICS, "users")})
         tracker.log_params_once(mlc, run_id, params)
-        users = {u: "test" for u in record.splits["test"].per_user} if record.splits else {}
+        users = {u: "test" for u in record.splits["test"].per_user}
         episodes = out / "episodes"
         if episodes.is_dir():
-            tracker.log_traces(
-                mlc, run_id, episode_traces(episodes, run_label=name, splits=users or None)
-            )
+            tracker.log_traces(mlc, run_id, episode_traces(episodes, run_label=name, splits=users))
         tracker.set_tags(
             mlc,
             run_id,
@@ -123,8 +122,7 @@ def prompts_source(policy_yaml: str | Path, tracking_uri: str) -> dict[str, str]
     if source.startswith("prompts:"):
         tags.update(tracker.registered_source(tracking_uri, source))
         return tags
-    path = Path(source).expanduser()
-    path = path if path.is_absolute() else Path(policy_yaml).parent / path
+    path = prompt_file(source, Path(policy_yaml))
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:12]:
             if m := _EXPORT_RUN.match(line):

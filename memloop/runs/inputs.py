@@ -137,8 +137,13 @@ def prompts_from(
 
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
         return tracker.registered_prompts(uri, source)
+    return read_prompt_file(prompt_file(source, path))
+
+
+def prompt_file(source: str, yaml_path: Path) -> Path:
+    """The file a policy YAML's ``prompts_from:`` names: relative to the YAML's folder."""
     file = Path(source).expanduser()
-    return read_prompt_file(file if file.is_absolute() else path.parent / file)
+    return file if file.is_absolute() else yaml_path.parent / file
 
 
 def roles(

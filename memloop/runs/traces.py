@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memloop.environment.episode import PeriodRecord, load_record
+from memloop.environment.episode import TURNS_FILE, PeriodRecord, load_record, period_dir
+from memloop.feedback.records import QuestionRecord
 
 TRACE_TAG = "memloop.trace"
 
@@ -75,7 +76,7 @@ def user_traces(
     said: list[dict[str, str]] = []  # every message of the episode so far (the writer's source)
     out = []
     for record in records:
-        turns = _turns(Path(user_dir) / f"period_{record.period:02d}" / "turns.json")
+        turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
         for s, session in enumerate(record.sessions):
             logged = turns[s] if s < len(turns) else []
             root = Span(
@@ -173,37 +174,33 @@ def probes_span(record: PeriodRecord) -> Span:
         inputs={"memory": probes.get("memory_view", "")},
     )
     right = 0
-    for q in probes.get("questions", []):
-        choices = q.get("choices", [])
-        chosen, gold = q.get("chosen_index"), q.get("gold_index")
-        verdict = "unparsed" if chosen is None else ("right" if chosen == gold else "wrong")
-        right += verdict == "right"
+    for q in (QuestionRecord.model_validate(d) for d in probes.get("questions", [])):
+        verdict = "unparsed" if q.unparsed else ("right" if q.correct else "wrong")
+        right += q.correct
         state = {
             var: {
-                "answer": q.get("state_answers", {}).get(var),
+                "answer": q.state_answers.get(var),
                 "truth": truth,
-                **(
-                    {"P(truth)": q["state_probs"][var]}
-                    if q.get("state_probs", {}).get(var) is not None
-                    else {}
-                ),
+                **({"P(truth)": q.state_probs[var]} if q.state_probs.get(var) is not None else {}),
             }
-            for var, truth in q.get("true_values", {}).items()
+            for var, truth in q.true_values.items()
         }
         span.children.append(
             Span(
-                f"question {q.get('question_index', 0) + 1} · {verdict}",
+                f"question {q.question_index + 1} · {verdict}",
                 "EVALUATOR",
                 inputs={
-                    "question": q.get("question", ""),
-                    "choices": [f"{i + 1}. {c}" for i, c in enumerate(choices)],
+                    "question": q.question,
+                    "choices": [f"{i + 1}. {c}" for i, c in enumerate(q.choices)],
                 },
                 outputs={
-                    "answer": None if chosen is None else f"{chosen + 1}. {choices[chosen]}",
-                    "truth": f"{gold + 1}. {choices[gold]}" if gold is not None else None,
+                    "answer": None
+                    if q.chosen_index is None
+                    else f"{q.chosen_index + 1}. {q.choices[q.chosen_index]}",
+                    "truth": f"{q.gold_index + 1}. {q.choices[q.gold_index]}",
                     "state (from written memory)": state,
                 },
-                attributes={"correct": verdict == "right"},
+                attributes={"correct": q.correct},
             )
         )
     span.outputs = {"right": right, "questions": len(span.children)}

@@ -93,11 +93,7 @@ def open_run(
                 all_tags["mlflow.parentRunId"] = parent_run_id
             run = mlc.create_run(exp_id, run_name=run_name, tags=all_tags)
             run_id = run.info.run_id
-        from mlflow.entities import Param
-
-        items = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
-        for i in range(0, len(items), 100):
-            mlc.log_batch(run_id, params=items[i : i + 100])
+        _log_params(mlc, run_id, {k[:250]: str(v)[:6000] for k, v in sorted(params.items())})
         return run_id, False
 
 
@@ -379,13 +375,18 @@ def log_params_once(mlc, run_id: str, params: dict[str, str]) -> None:
 
     A param's value never changes in MLflow; a rerun of a finished run computes the same ones.
     """
-    from mlflow.entities import Param
-
     with store_errors(uri_of(mlc)):
         held = mlc.get_run(run_id).data.params
-        items = [Param(k, v) for k, v in params.items() if k not in held]
-        for i in range(0, len(items), 100):
-            mlc.log_batch(run_id, params=items[i : i + 100])
+        _log_params(mlc, run_id, {k: v for k, v in params.items() if k not in held})
+
+
+def _log_params(mlc, run_id: str, params: dict[str, str]) -> None:
+    """`params` in batches of 100 (MLflow's limit per call)."""
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), 100):
+        mlc.log_batch(run_id, params=items[i : i + 100])
 
 
 def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:
