@@ -3,7 +3,8 @@
 Built from an episode folder (`environment/episode.py`'s layout: each period's record.json and
 turns.json) into plain `SessionTrace` values; `tracker.log_traces` sends them. A trace holds:
 
-    <user> · period p · session s                       the session (agent span)
+    <user> · period p · session s                       the session (agent span): its opening
+                                                        message in, what it left in memory out
         turn 1 · user → assistant                       the user's message, the reply
             memory write                                the messages handed to memory, the lines
                                                         it added and removed
@@ -16,6 +17,13 @@ Traces carry the conversation itself: they are a record of the run, like its epi
 never a prompt (an evolved prompt holds no user's value; optimize/context.py checks).
 A trace's tags name its run's cycle, split, user, period and session; `memloop.trace` is its key
 in the run, so a resumed run logs only the traces it has not logged yet.
+
+The trace list's Request and Response previews are memloop's (the opening message; what memory
+gained and lost, then the probes). MLflow also derives previews from the root span's inputs and
+outputs, at the end of the trace and again when its spans reach the store, asynchronously; which
+text is kept then depends on timing. So the root span's inputs and outputs are chat-shaped
+(`messages` in, `choices` out) holding exactly those previews: every derivation gives memloop's
+text, whichever runs last (tests/runs/test_traces.py holds MLflow's own derivation to that).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from memloop.environment.episode import TURNS_FILE, PeriodRecord, load_record, p
 from memloop.feedback.records import QuestionRecord
 
 TRACE_TAG = "memloop.trace"
+PREVIEW_CHARS = 300  # a preview's length; MLflow keeps up to 1,000 characters (OSS)
 
 
 @dataclass
@@ -79,10 +88,16 @@ def user_traces(
         turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
         for s, session in enumerate(record.sessions):
             logged = turns[s] if s < len(turns) else []
+            opening = session.messages[0]["content"] if session.messages else ""
+            request = " ".join(opening.split())[:PREVIEW_CHARS] or "(no message)"
             root = Span(
                 f"{short_user(user)} · period {record.period} · session {s}",
                 "AGENT",
-                inputs={"session_time": session.session_time, "messages": session.messages},
+                inputs={
+                    "messages": [{"role": "user", "content": request}],
+                    "session_time": session.session_time,
+                    "turns": len(session.messages) // 2,
+                },
                 attributes={"period": record.period, "session": s, "mode": record.mode},
             )
             added: list[str] = []
@@ -94,13 +109,19 @@ def user_traces(
                 root.children.append(_turn(i // 2 + 1, user_msg, reply, entry, said))
                 added += entry.get("added", [])
                 removed += entry.get("removed", [])
-            # what a reader looks for first: what this session left in memory
-            root.outputs = {"memory lines added": added, "memory lines removed": removed}
+            probes = None
             if s == len(record.sessions) - 1 and record.probes:
                 probes = probes_span(record)
                 root.children.append(probes)
+            response = _stored(added, removed, probes.outputs if probes else None)
+            # what a reader looks for first: what this session left in memory
+            root.outputs = {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": response}}],
+                "memory lines added": added,
+                "memory lines removed": removed,
+            }
+            if probes is not None:
                 root.outputs["probes"] = probes.outputs
-            opening = session.messages[0]["content"] if session.messages else ""
             key = f"{where}{user} · period {record.period} · session {s}"
             out.append(
                 SessionTrace(
@@ -109,8 +130,8 @@ def user_traces(
                     user=user,
                     tags={**tags, "memloop.period": str(record.period), "memloop.session": str(s)},
                     root=root,
-                    request_preview=" ".join(opening.split())[:300],
-                    response_preview=_stored(added, removed, root.outputs.get("probes")),
+                    request_preview=request,
+                    response_preview=response,
                 )
             )
     return out

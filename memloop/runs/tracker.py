@@ -442,7 +442,8 @@ def log_traces(mlc, run_id: str, traces: list[SessionTrace]) -> int:
                 run_id=run_id,
             ) as root:
                 _fill_span(mlflow, root, trace.root)
-                # after the spans: MLflow sets the previews from the root's inputs otherwise
+                # the previews memloop computed; MLflow's own derivation from the root span's
+                # inputs and outputs (which may run later, in its store) gives the same text
                 mlflow.update_current_trace(
                     tags={**trace.tags, TRACE_TAG: trace.key},
                     session_id=trace.session_id,

@@ -25,6 +25,7 @@ from memloop.llm.endpoint import Endpoint
 from memloop.runs import tracker
 from memloop.runs.traces import episode_traces, user_traces
 from memloop.testing import FakeOpenAIServer, ScriptedPolicy
+from memloop.testing.load import busy_cores
 
 
 pytestmark = pytest.mark.usefixtures("traces_on")  # the suite logs none (conftest)
@@ -186,7 +187,11 @@ def test_a_session_trace_reads_as_the_conversation_its_writes_and_its_probes(tmp
     }
     root = trace.root
     assert root.name == "u-123456 · period 0 · session 0" and root.kind == "AGENT"
-    assert root.inputs["messages"][0] == {"role": "user", "content": "I moved to Oslo."}
+    assert root.inputs == {
+        "messages": [{"role": "user", "content": "I moved to Oslo."}],
+        "session_time": "t0",
+        "turns": 2,
+    }
     assert [c.name for c in root.children] == ["turn 1", "turn 2", "probes after period 0"]
     turn1, turn2, probes = root.children
     assert turn1.children == []  # nothing written at turn 1
@@ -213,15 +218,15 @@ def test_a_session_trace_reads_as_the_conversation_its_writes_and_its_probes(tmp
             "home": {"answer": "Bergen", "truth": "Oslo", "P(truth)": 0.25}
         },
     }
+    summary = "+2 / -0 memory lines; first added: home: Oslo; probes 0/1 right"
     assert root.outputs == {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": summary}}],
         "memory lines added": ["home: Oslo", "commute: walk"],
         "memory lines removed": [],
         "probes": {"right": 0, "questions": 1},
     }
     assert trace.request_preview == "I moved to Oslo."
-    assert trace.response_preview == (
-        "+2 / -0 memory lines; first added: home: Oslo; probes 0/1 right"
-    )
+    assert trace.response_preview == summary
 
 
 def test_traces_in_a_real_store_are_linked_to_the_run_grouped_by_session_and_logged_once(
@@ -263,3 +268,102 @@ def test_traces_in_a_real_store_are_linked_to_the_run_grouped_by_session_and_log
     }
     assert spans["memory write"].parent_id == spans["turn 2"].span_id
     assert found.info.request_preview == "I moved to Oslo."
+
+
+def write_sessions(user_dir: Path, openings: list[str]) -> None:
+    """One period of a session per opening message; each session's writer stores its opening."""
+    sessions, turns = [], []
+    for s, opening in enumerate(openings):
+        messages = [
+            {"role": "user", "content": opening},
+            {"role": "assistant", "content": f"Reply {s}."},
+            {"role": "user", "content": f"Later message {s}."},
+            {"role": "assistant", "content": "Noted."},
+        ]
+        sessions.append(
+            SessionLog(session_index=s, session_time=f"t{s}", exposed_states={}, messages=messages)
+        )
+        turns.append(
+            [
+                {"user": opening, "assistant": f"Reply {s}.", "written": 0, "unwritten": 2},
+                {
+                    "user": f"Later message {s}.",
+                    "assistant": "Noted.",
+                    "written": 4,
+                    "unwritten": 0,
+                    "added": [f"fact_{s}: {opening[:40]}"] if s % 3 else [],
+                    "removed": [],
+                },
+            ]
+        )
+    record = PeriodRecord(
+        user_id="u-1234567890", period=0, mode="on_policy", sessions=sessions, probes={}
+    )
+    folder = user_dir / "period_00"
+    atomic_write_json(folder / "turns.json", {"memory_before": "", "sessions": turns})
+    atomic_write_json(folder / "record.json", record.model_dump(mode="json"))
+
+
+OPENINGS = [
+    "[Current Time: 2021-03-01 10:00:00]\nI moved to Oslo.",
+    "  spaced   out\n\n words  ",
+    "x" * 1500,  # longer than MLflow's own preview limit
+    '{"messages": [{"role": "user", "content": "a JSON-looking message"}]}',
+    "42",
+    "",
+    "Ünïcødé and emoji 🙂 in a message",
+] + [f"Plain opening number {i}." for i in range(13)]
+
+
+def test_mlflow_derives_from_a_root_span_exactly_the_previews_memloop_computes(tmp_path):
+    """MLflow derives a trace's previews from its root span's inputs and outputs, in the client
+    (dicts) and in its store (the same as JSON text); either gives memloop's previews."""
+    from mlflow.tracing.utils.truncation import _get_truncated_preview
+
+    write_sessions(tmp_path / "u", OPENINGS)
+    traces = user_traces(tmp_path / "u", run_label="run-a")
+    assert len(traces) == 20
+    requests = [t.request_preview for t in traces]
+    assert requests[:3] == [
+        "[Current Time: 2021-03-01 10:00:00] I moved to Oslo.",
+        "spaced out words",
+        "x" * 300,
+    ]
+    assert requests[5] == "(no message)"
+    assert traces[0].response_preview == "+0 / -0 memory lines"
+    assert (
+        traces[1].response_preview
+        == "+1 / -0 memory lines; first added: fact_1:   spaced   out\n\n words  "
+    )
+    for t in traces:
+        inputs, outputs = t.root.inputs, t.root.outputs
+        assert _get_truncated_preview(inputs, role="user") == t.request_preview
+        assert _get_truncated_preview(json.dumps(inputs), role="user") == t.request_preview
+        assert _get_truncated_preview(outputs, role="assistant") == t.response_preview
+        assert _get_truncated_preview(json.dumps(outputs), role="assistant") == t.response_preview
+
+
+def previews_in_a_fresh_store(root: Path, traces) -> dict[str, tuple[str, str]]:
+    """Log `traces` into a new sqlite store under `root`: each trace's (request, response) by key."""
+    uri = f"sqlite:///{root}/mlruns/mlflow.db"
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "traces", uri)
+    run_id = mlc.create_run(exp, run_name="run-a").info.run_id
+    assert tracker.log_traces(mlc, run_id, traces) == len(traces)
+    found = mlc.search_traces(locations=[exp], run_id=run_id, max_results=100)
+    return {
+        t.info.tags["memloop.trace"]: (t.info.request_preview, t.info.response_preview)
+        for t in found
+    }
+
+
+def test_previews_are_memloops_in_two_fresh_stores_one_logged_with_both_cores_busy(tmp_path):
+    write_sessions(tmp_path / "episodes" / "u", OPENINGS)
+    traces = episode_traces(tmp_path / "episodes", run_label="run-a", cycle=0)
+    expected = {t.key: (t.request_preview, t.response_preview) for t in traces}
+    assert len(expected) == 20
+    quiet = previews_in_a_fresh_store(tmp_path / "quiet", traces)
+    with busy_cores(2):
+        busy = previews_in_a_fresh_store(tmp_path / "busy", traces)
+    assert quiet == expected
+    assert busy == expected
