@@ -337,17 +337,33 @@ class GateResult:
     sd: float | None = None
     sd_source: str | None = None  # "planning" or "observed"
     detectable: float | None = None
+    # a two-look decision (`TwoLooks`): the look that decided, its users, the sequential p
+    look: int | None = None
+    looks: int | None = None
+    p_sequential: float | None = None
 
     @property
     def improved(self) -> bool:
         return self.verdict is Verdict.IMPROVED
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored shape: the verdict, the paired numbers, the level and what it could detect."""
+        """The stored shape: the verdict, the paired numbers, the level and what it could detect.
+
+        A two-look decision adds `look`, `looks` and `p_sequential` (its `level` is then the whole
+        rule's; `sign_flip_p` stays the plain test of the users it had).
+        """
+        sequential = {}
+        if self.looks is not None:
+            sequential = {"look": self.look, "looks": self.looks, "p_sequential": self.p_sequential}
         return {
             "verdict": self.verdict.value,
             **self.paired.to_dict(),
-            "method": "exact sign-flip test, two-sided"
+            **sequential,
+            "method": (
+                "exact sign-flip test, two-sided"
+                if self.looks is None
+                else f"exact sign-flip test, two-sided, {self.looks} looks with alpha spending"
+            )
             + (", Bonferroni over " + str(self.comparisons) if self.comparisons > 1 else ""),
             "level": self.level,
             "comparisons": self.comparisons,
@@ -447,7 +463,152 @@ def decision_text(decision: dict[str, Any]) -> str:
     )
     if decision["verdict"] == Verdict.TOO_FEW.value:
         text += f": needs {decision['min_users']} users"
+    if decision.get("looks") is not None:
+        text += (
+            f"; look {decision['look']} of {decision['looks']}, sequential "
+            f"p={format_p(decision['p_sequential'])}"
+        )
     text += ")"
     if decision.get("detectable") is not None:
         text += f"; detectable effect {decision['detectable']:.2f}"
     return text
+
+
+# ---------------------------------------------------------------- two looks
+
+
+def first_look_level(alpha: float = ALPHA, fraction: float = 0.5) -> float:
+    """The level spent at a look after `fraction` of the users (Lan-DeMets, O'Brien-Fleming type).
+
+    alpha_1 = 2 - 2 Phi(z(1 - alpha/2) / sqrt(fraction)): 0.0056 of 0.05 at half the users, so
+    only a large effect stops early and the last look keeps nearly all of alpha.
+    """
+    from scipy import stats
+
+    if not 0 < fraction < 1:
+        raise ValueError(f"the first look's fraction must be in (0, 1) (got {fraction})")
+    z = float(stats.norm.ppf(1 - alpha / 2))
+    return float(2 - 2 * stats.norm.cdf(z / math.sqrt(fraction)))
+
+
+def _sums(d: Any, draws: int | None, rng: Any) -> Any:
+    """Every sign pattern's sum of `d` (all 2^k), or `draws` random ones."""
+    import numpy as np
+
+    if draws is None:
+        sums = np.zeros(1)
+        for x in d:
+            sums = np.concatenate([sums + x, sums - x])
+        return sums
+    signs = rng.integers(0, 2, size=(draws, d.size)) * 2 - 1
+    return signs @ d if d.size else np.zeros(draws)
+
+
+@dataclass(frozen=True)
+class TwoLooks:
+    """An exact group-sequential sign-flip rule: a look at the first `first` users, then at all.
+
+    Look 1 decides at `first_look_level(alpha)` on the first users' differences (the plain exact
+    sign-flip test: its level holds whatever the rest will show). Look 2 decides on the
+    sequential p: under "every difference is symmetric around 0", the probability that look 1
+    had decided, plus the probability that it had not and the whole sum is at least as far from
+    0 as observed. Its exact null distribution is that of the two halves' independent sign flips
+    (enumerated up to EXACT_MAX non-zero differences a half, else seeded Monte-Carlo draws), so
+    the rule's false-accept rate is at most alpha given the users' magnitudes: in all at most
+    alpha / 2 `improved` under no effect. A large effect stops at look 1, with half the users.
+    """
+
+    users: int  # the users the design plans for in all
+    alpha: float = ALPHA
+
+    @property
+    def first(self) -> int:
+        """The users of look 1: half, rounded down."""
+        return self.users // 2
+
+    @property
+    def first_level(self) -> float:
+        return first_look_level(self.alpha, self.first / self.users)
+
+    @property
+    def can_stop_early(self) -> bool:
+        """Look 1 can decide: its users all moving one way reach its level."""
+        return self.first >= 1 and self.first >= min_users(self.first_level)
+
+    def look_one(self, diffs: list[float]) -> GateResult | None:
+        """The decision at look 1 on the first users' differences; None: go on to look 2."""
+        if len(diffs) != self.first:
+            raise ValueError(f"look 1 takes the first {self.first} users (got {len(diffs)})")
+        if not self.can_stop_early:
+            return None
+        result = gate(diffs, alpha=self.first_level)
+        if result.verdict not in (Verdict.IMPROVED, Verdict.DEGRADED):
+            return None
+        return replace_result(result, look=1, looks=2, p_sequential=result.paired.sign_flip_p)
+
+    def look_two(
+        self, first: list[float], rest: list[float], *, draws: int = MONTE_CARLO_DRAWS
+    ) -> GateResult:
+        """The decision at look 2 on all users (look 1 having gone on)."""
+        if len(first) != self.first or len(first) + len(rest) != self.users:
+            raise ValueError(
+                f"look 2 takes the first {self.first} and the other {self.users - self.first} "
+                f"users (got {len(first)} and {len(rest)})"
+            )
+        p = self.sequential_p(first, rest, draws=draws)
+        diffs = list(first) + list(rest)
+        result = gate(diffs, alpha=self.alpha)
+        verdict = result.verdict
+        if verdict is not Verdict.TOO_FEW:
+            mean = result.paired.mean or 0.0
+            if p <= self.alpha + TIE and mean != 0:
+                verdict = Verdict.IMPROVED if mean > 0 else Verdict.DEGRADED
+            else:
+                verdict = Verdict.INCONCLUSIVE
+        return replace_result(result, verdict=verdict, look=2, looks=2, p_sequential=p)
+
+    def sequential_p(
+        self,
+        first: list[float],
+        rest: list[float],
+        *,
+        draws: int = MONTE_CARLO_DRAWS,
+        seed: int = 0,
+    ) -> float:
+        """P(look 1 decides, or it does not and |sum| >= observed |sum|) under sign flips."""
+        import numpy as np
+
+        d1 = np.asarray([x for x in first if abs(x) > TIE], dtype=float)
+        d2 = np.asarray([x for x in rest if abs(x) > TIE], dtype=float)
+        observed = abs(float(d1.sum() + d2.sum()))
+        slack = TIE * max(1.0, float(np.abs(d1).sum() + np.abs(d2).sum()))
+        exact = d1.size <= EXACT_MAX and d2.size <= EXACT_MAX
+        rng = np.random.default_rng(seed)
+        s1 = _sums(d1, None if exact else draws, rng)
+        s2 = _sums(d2, None if exact else draws, rng)
+        if self.can_stop_early and d1.size:
+            # look 1 decides when its own sign-flip p is at most its level: |S1| >= c1
+            ordered = np.sort(np.abs(s1))
+            tail = (ordered.size - np.searchsorted(ordered, ordered - slack, side="left")) / (
+                ordered.size
+            )  # P(|S1| >= each value)
+            reach = ordered[tail <= self.first_level + TIE]
+            c1 = float(reach.min()) if reach.size else math.inf
+            stops = np.abs(s1) >= c1 - slack
+        else:
+            stops = np.zeros(s1.shape, dtype=bool)
+        if exact:
+            s2 = np.sort(s2)
+            low = np.searchsorted(s2, -observed + slack - s1, side="right")  # s1 + s2 <= -obs
+            high = s2.size - np.searchsorted(s2, observed - slack - s1, side="left")
+            far = (low + high) / s2.size
+            return float(np.mean(np.where(stops, 1.0, np.minimum(far, 1.0))))
+        hits = int(np.sum(stops | (np.abs(s1 + s2) >= observed - slack)))
+        return (1 + hits) / (1 + draws)
+
+
+def replace_result(result: GateResult, **changes: Any) -> GateResult:
+    """`result` with `changes` (a frozen dataclass's copy)."""
+    from dataclasses import replace
+
+    return replace(result, **changes)
