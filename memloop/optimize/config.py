@@ -69,6 +69,13 @@ class EnvSpec(_Strict):
     test_users: StrictInt = Field(
         1, ge=0, description="users that are only evaluated (the headline)"
     )
+    confirm_users: StrictInt = Field(
+        0,
+        ge=0,
+        description="fresh users after the test users that the loop never reads: the run's one "
+        "pre-declared candidate is compared with the seed on them, once, and that decision is "
+        "the run's verdict and its `best` (optimize/confirm.py)",
+    )
     periods: StrictInt | None = Field(None, ge=1, description="evaluate only the first P periods")
 
     @model_validator(mode="before")
@@ -88,8 +95,11 @@ class EnvSpec(_Strict):
         return self
 
     def sizes(self) -> dict[str, int]:
-        """{split: number of users} in SPLITS order."""
-        return {"train": self.train_users, "val": self.val_users, "test": self.test_users}
+        """{split: number of users} in SPLITS order, then `confirm` when there are any."""
+        out = {"train": self.train_users, "val": self.val_users, "test": self.test_users}
+        if self.confirm_users:
+            out["confirm"] = self.confirm_users
+        return out
 
 
 class Endpoints(_Strict):
@@ -149,6 +159,12 @@ class EvolveConfig(_Strict):
     probes: ProbeSettings = Field(
         default_factory=ProbeSettings,
         description="how the state queries read memory (feedback/probes.py ProbeSettings)",
+    )
+    confirm_looks: Literal[1, 2] = Field(
+        2,
+        description="looks at the confirmation users: 2 stops at half of them when the effect "
+        "is large (an exact two-look rule with alpha spending, core/stats.TwoLooks; used when "
+        "half the users can reach its first level, 9 or more), 1 decides once on all of them",
     )
     endpoints: Endpoints = Field(default_factory=Endpoints)
     summary_max_questions: StrictInt = Field(

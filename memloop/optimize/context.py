@@ -35,13 +35,15 @@ from memloop.feedback.summary import FeedbackSummary, episode_summary
 from memloop.llm.client import ChatClient
 from memloop.llm.roles import RoleClients
 from memloop.llm.usage import add_costs
-from memloop.optimize import registry
+from memloop.optimize import confirm, registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
 from memloop.optimize.replay_score import Screening
 from memloop.runs import gate_log, tracker
 from memloop.runs.cycles import (
+    CONFIRM_SPLIT,
     CYCLE_METRICS,
+    Confirmation,
     CycleRecord,
     Selection,
     best_alias_cycle,
@@ -86,9 +88,9 @@ def split_users(
             f"environment's users have {have} periods (drop the key to run them all)"
         )
     out, start = {}, 0
-    for split in SPLITS:
-        out[split] = items[start : start + sizes[split]]
-        start += sizes[split]
+    for split, size in sizes.items():  # SPLITS, then the confirmation users when there are any
+        out[split] = items[start : start + size]
+        start += size
     return out
 
 
@@ -123,6 +125,7 @@ class RunOutcome:
     selection: Selection | None = None
     resumed: bool = False
     repeat: int = 0
+    confirmation: Confirmation | None = None  # the decision on the confirmation users
 
     @property
     def headline(self) -> float | None:
@@ -199,6 +202,17 @@ class RunContext:
             optimizer={
                 "evolver": settings_record(evolver, self.evolver_settings()),
                 "search": settings_record(search.name, search.settings),
+                # only with confirmation users: the keys of runs without them stay
+                **(
+                    {
+                        "confirmation": {
+                            "looks": config.confirm_looks,
+                            "rule": confirm.candidate_rule(self),
+                        }
+                    }
+                    if self.users.get(CONFIRM_SPLIT)
+                    else {}
+                ),
             },
             seed=config.seed,
             repeat=repeat,
@@ -427,7 +441,20 @@ class RunContext:
         except BaseException:
             tracker.finish_run(mlc, run_id, "KILLED")
             raise
-        outcome.selection = select_cycle(outcome.cycles, self.objective)
+        try:
+            confirmation = confirm.confirm(self, outcome.cycles)
+        except BaseException:
+            tracker.finish_run(mlc, run_id, "KILLED")
+            raise
+        if confirmation is not None:
+            tracker.log_text(
+                mlc,
+                run_id,
+                confirmation.model_dump_json(indent=1),
+                f"{confirm.ARTIFACT}/{confirm.DECISION}",
+            )
+        outcome.confirmation = confirmation
+        outcome.selection = select_cycle(outcome.cycles, self.objective, confirmation)
         self.log_selection(mlc, run_id, outcome, versions)
         tracker.finish_run(mlc, run_id)
         return outcome
@@ -495,6 +522,9 @@ class RunContext:
             params["selection.gate_n"] = str(gate["n"])
             if gate.get("detectable") is not None:
                 params["selection.detectable_effect"] = f"{gate['detectable']:.4g}"
+        if outcome.confirmation is not None:
+            params["confirmation.candidate"] = str(outcome.confirmation.candidate)
+            params["confirmation.users"] = str(len(outcome.confirmation.users))
         tracker.log_params_once(mlc, run_id, params)
         tags.update(
             {
@@ -505,8 +535,9 @@ class RunContext:
         )
         if gate:
             detectable = gate.get("detectable")
+            users = "confirmation" if gate.get("split") == CONFIRM_SPLIT else "validation"
             tags["memloop.gate"] = (
-                f"cycle {chosen.candidate} vs seed on {gate['n']} validation users: "
+                f"cycle {chosen.candidate} vs seed on {gate['n']} {users} users: "
                 f"{gate['verdict']}, mean {gate['mean']:+.3f}, p {gate['sign_flip_p']:.3g}, "
                 f"level {gate['level']:.3g}, detectable effect "
                 + ("n/a" if detectable is None else f"{detectable:.3f}")
@@ -555,7 +586,18 @@ class RunContext:
             for decision in step.decisions if step is not None else []:
                 entries.append(decision)
         chosen = outcome.selection
-        if chosen is not None and chosen.gate is not None:
+        confirmation = outcome.confirmation
+        if confirmation is not None and confirmation.gate is not None:
+            entries.append(
+                gate_log.entry(
+                    "confirmation",
+                    f"cycle {confirmation.candidate} vs cycle 0 on confirm_"
+                    f"{confirmation.objective.value}",
+                    sorted(set(confirmation.scores) & set(confirmation.seed)),
+                    confirmation.gate,
+                )
+            )
+        elif chosen is not None and chosen.gate is not None:
             objective = chosen.objective.value
             pair = [outcome.cycles[k] for k in (chosen.candidate or 0, 0)]
             users = sorted(set.intersection(*(set(val_per_user(r, objective)) for r in pair)))

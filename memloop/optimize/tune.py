@@ -385,6 +385,11 @@ class Tuner:
 
         self.config = config
         self.progress = progress
+        if config.environment.confirm_users:
+            raise UserError(
+                f"{config.source or 'config'}: key 'environment.confirm_users': tune does not "
+                "confirm its best trial on fresh users yet (evolve does); drop the key"
+            )
         items, self.env_desc = load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
         run_users = [i for split in self.users.values() for i in split]

@@ -44,7 +44,7 @@ from memloop.core.files import (
 from memloop.feedback.objective import LEGACY_OBJECTIVE
 from memloop.policies.prompt_files import MEM0_KEYS
 from memloop.policies.prompt_files import render_text as render_prompt_text
-from memloop.runs.cycles import CycleRecord, select_cycle
+from memloop.runs.cycles import Confirmation, CycleRecord, load_confirmation, select_cycle
 
 FORMATS = ("text", "mem0", "dspy")
 
@@ -73,7 +73,13 @@ class Exported:
         return out
 
 
-def _pick(records: list[CycleRecord], objective: str | None, cycle: int | None, run: str):
+def _pick(
+    records: list[CycleRecord],
+    objective: str | None,
+    cycle: int | None,
+    run: str,
+    confirmation: Confirmation | None = None,
+):
     if not records:
         raise UserError(f"{run}: the run has no finished cycle yet; nothing to export")
     if cycle is not None:
@@ -81,7 +87,7 @@ def _pick(records: list[CycleRecord], objective: str | None, cycle: int | None, 
         if cycle not in known:
             raise UserError(f"--cycle {cycle}: {run} has finished cycles {known[0]}-{known[-1]}")
         return cycle, f"--cycle {cycle}"
-    selection = select_cycle(records, objective or LEGACY_OBJECTIVE)
+    selection = select_cycle(records, objective or LEGACY_OBJECTIVE, confirmation)
     assert selection is not None  # records is not empty
     return selection.cycle, selection.rule
 
@@ -105,7 +111,7 @@ def from_folder(folder: Path, cycle: int | None) -> Exported:
     while (record := store.record(len(records))) is not None:
         records.append(record)
         interrupt.check()  # Ctrl-C stops here even when its KeyboardInterrupt was swallowed
-    k, rule = _pick(records, spec.objective, cycle, str(folder))
+    k, rule = _pick(records, spec.objective, cycle, str(folder), load_confirmation(folder))
     prompts = store.saved_prompts(k)
     if prompts is None:
         raise UserError(f"{folder}: cycle {k} recorded no prompts")
@@ -147,7 +153,7 @@ def _find_run(mlc, name: str, tracking_uri: str):
 
 
 def from_mlflow(name: str, tracking_uri: str, cycle: int | None) -> Exported:
-    from memloop.results.rows import logged_prompts, run_records
+    from memloop.results.rows import logged_prompts, run_confirmation, run_records
     from memloop.runs import tracker
     from memloop.runs.spec import spec_from_params
 
@@ -156,7 +162,8 @@ def from_mlflow(name: str, tracking_uri: str, cycle: int | None) -> Exported:
         run = _find_run(mlc, name, tracking_uri)
         records = run_records(mlc, run.info.run_id)
         objective = run.data.tags.get("memloop.objective")
-        k, rule = _pick(records, objective, cycle, name)
+        confirmation = run_confirmation(mlc, run.info.run_id)
+        k, rule = _pick(records, objective, cycle, name, confirmation)
         prompts = logged_prompts(mlc, run.info.run_id, k)
     val, test = _scores(records[k], objective)
     spec = spec_from_params(run.data.params)

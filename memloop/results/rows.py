@@ -23,7 +23,14 @@ from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.llm.usage import add_costs
 from memloop.runs import tracker
-from memloop.runs.cycles import CycleRecord, Selection, select_cycle
+from memloop.runs.cycles import (
+    CONFIRM_ARTIFACT,
+    CONFIRM_DECISION,
+    Confirmation,
+    CycleRecord,
+    Selection,
+    select_cycle,
+)
 from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_params
 
 HEADLINE_SPLIT = "test"
@@ -112,6 +119,15 @@ def run_records(mlc, run_id: str) -> list[CycleRecord]:
     return [CycleRecord.from_json(tracker.artifact_text(mlc, run_id, p)) for p in paths]
 
 
+def run_confirmation(mlc, run_id: str) -> Confirmation | None:
+    """The run's decision on its confirmation users (`confirmation/decision.json`), or None."""
+    path = f"{CONFIRM_ARTIFACT}/{CONFIRM_DECISION}"
+    if path not in tracker.artifact_paths(mlc, run_id, CONFIRM_ARTIFACT):
+        return None
+    text = tracker.artifact_text(mlc, run_id, path)
+    return Confirmation.model_validate_json(text)
+
+
 def logged_prompts(mlc, run_id: str, cycle: int) -> dict[str, str]:
     """The prompts a run logged for `cycle` (`prompts/cycle_NN.json`)."""
     return json.loads(tracker.artifact_text(mlc, run_id, f"prompts/cycle_{cycle:02d}.json"))
@@ -140,10 +156,12 @@ def headline_split(records: list[CycleRecord]) -> str:
     return next((s for s in (HEADLINE_SPLIT, "val", "train") if s in present), HEADLINE_SPLIT)
 
 
-def make_row(run: Any, records: list[CycleRecord]) -> RunRow:
+def make_row(
+    run: Any, records: list[CycleRecord], confirmation: Confirmation | None = None
+) -> RunRow:
     tags = run.data.tags
     objective = Objective(tags.get("memloop.objective", LEGACY_OBJECTIVE))
-    selection = select_cycle(records, objective)
+    selection = select_cycle(records, objective, confirmation)
     split = headline_split(records)
     first_rec = records[0] if records else None
     chosen = records[selection.cycle] if selection else None
@@ -427,7 +445,8 @@ def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") 
     rows = []
     for run in tracker.experiment_runs(mlc, exp.experiment_id):
         if "memloop.feedback_mode" in run.data.tags:
-            row = make_row(run, run_records(mlc, run.info.run_id))
+            run_id = run.info.run_id
+            row = make_row(run, run_records(mlc, run_id), run_confirmation(mlc, run_id))
             if row.records:
                 chosen = row.records[-1].cycle if row.selection is None else row.selection.cycle
                 hashes = prompt_hashes(mlc, row.run_id, {row.records[0].cycle, chosen})

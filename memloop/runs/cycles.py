@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -260,13 +261,62 @@ def val_per_user(record: CycleRecord, objective: str) -> dict[str, float]:
     return {u: v[objective] for u, v in result.per_user.items() if v.get(objective) is not None}
 
 
-def select_cycle(records: list[CycleRecord], objective: str) -> Selection | None:
+CONFIRM_SPLIT = "confirm"  # fresh users the loop never reads: one decision at the end
+CONFIRM_FOLDER = "confirm"  # in the run folder: declared.json, look_<n>/, decision.json
+CONFIRM_ARTIFACT = "confirmation"  # the MLflow run's artifact folder: decision.json
+CONFIRM_DECISION = "decision.json"
+
+
+class Confirmation(BaseModel):
+    """The one decision on fresh confirmation users (optimize/confirm.py).
+
+    Stored as confirm/decision.json in the run folder and as the run's MLflow artifact
+    `confirmation/decision.json`.
+
+    `candidate`: the cycle the run pre-declared (`rule` says how); `seed` / `scores`: each
+    confirmation user's objective under the seed and the candidate (the users evaluated: half of
+    them when look 1 decided); `gate`: the decision (`GateResult.to_dict()`, two looks or one);
+    `verdict`: its verdict, or `identical to the seed` when the candidate's prompts are the seed's
+    (nothing is evaluated then).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate: int
+    rule: str
+    objective: Objective
+    users: list[str]  # every confirmation user, in order (look 1 takes the first half)
+    looks: int
+    verdict: str
+    seed: dict[str, float] = Field(default_factory=dict)
+    scores: dict[str, float] = Field(default_factory=dict)
+    gate: dict[str, Any] | None = None
+
+    IDENTICAL: ClassVar[str] = "identical to the seed"
+
+    @property
+    def improved(self) -> bool:
+        return self.verdict == "improved"
+
+
+def load_confirmation(run_dir: Path) -> Confirmation | None:
+    """A run folder's stored confirmation decision, or None."""
+    path = Path(run_dir) / CONFIRM_FOLDER / CONFIRM_DECISION
+    return Confirmation.model_validate_json(path.read_text()) if path.is_file() else None
+
+
+def select_cycle(
+    records: list[CycleRecord], objective: str, confirmation: Confirmation | None = None
+) -> Selection | None:
     """The cycle a run stands for: the seed unless the gate says a cycle `improved` on it.
 
-    The candidate is the cycle with the best validation `objective` (the earliest on a tie). It
-    replaces the seed (cycle 0) only when the gate, on the validation users' paired differences
-    candidate - seed, says `improved` at ALPHA / (the number of cycles it was chosen among).
-    Without a validation value no choice is made: the seed. Reads nothing but the `val` split.
+    With a `confirmation` (a run with confirmation users), its decision is the run's: the
+    pre-declared candidate when it `improved` on the seed on the fresh users, else the seed.
+    Otherwise the candidate is the cycle with the best validation `objective` (the earliest on a
+    tie). It replaces the seed (cycle 0) only when the gate, on the validation users' paired
+    differences candidate - seed, says `improved` at ALPHA / (the number of cycles it was chosen
+    among). Without a validation value no choice is made: the seed. Reads nothing but the `val`
+    split (and the confirmation's own decision).
     """
     from memloop.core.stats import gate_of
 
@@ -274,6 +324,8 @@ def select_cycle(records: list[CycleRecord], objective: str) -> Selection | None
         return None
     by_cycle = {r.cycle: r for r in records}
     seed = by_cycle.get(SEED_CYCLE, records[0])
+    if confirmation is not None and confirmation.candidate in by_cycle:
+        return confirmed_selection(by_cycle[confirmation.candidate], seed, confirmation)
 
     def selection(record: CycleRecord, rule: str, **extra: Any) -> Selection:
         return Selection(
@@ -304,6 +356,34 @@ def select_cycle(records: list[CycleRecord], objective: str) -> Selection | None
         f"kept the seed: the gate says {decision.verdict.value} for cycle {best.cycle} on "
         f"val_{objective}",
         **extra,
+    )
+
+
+def confirmed_selection(
+    candidate: CycleRecord, seed: CycleRecord, confirmation: Confirmation
+) -> Selection:
+    """The selection a confirmation decided: the candidate when it improved, else the seed."""
+    k, n = confirmation.candidate, len(confirmation.scores)
+    metric = confirmation.objective.value
+    if confirmation.verdict == Confirmation.IDENTICAL:
+        rule = f"kept the seed: the pre-declared cycle {k} ({confirmation.rule}) is the seed"
+    elif confirmation.improved:
+        rule = f"cycle {k}: improved on {n} confirmation users' {metric}"
+    else:
+        rule = (
+            f"kept the seed: the confirmation says {confirmation.verdict} for cycle {k} "
+            f"on {n} fresh users' {metric}"
+        )
+    chosen = candidate if confirmation.improved else seed
+    return Selection(
+        cycle=chosen.cycle,
+        rule=rule,
+        val_memory_score=chosen.score(SELECTION_SPLIT),
+        objective=confirmation.objective,
+        val_objective=chosen.score(SELECTION_SPLIT, metric),
+        candidate=k,
+        verdict=confirmation.verdict,
+        gate=None if confirmation.gate is None else {**confirmation.gate, "split": CONFIRM_SPLIT},
     )
 
 

@@ -46,11 +46,13 @@ def write_small_evolve(
     *,
     periods: int = 2,
     questions: int = 2,
+    confirm: int = 0,
     **settings: Any,
 ) -> Path:
     """An evolve YAML of an AWI policy on a small procedural environment, written under `root`.
 
-    `users`: (train, val, test), each user `periods` x `questions` (procedural seed 1);
+    `users`: (train, val, test), each user `periods` x `questions` (procedural seed 1), and
+    `confirm` confirmation users after them;
     feedback mode complete, the reflective evolver; MLflow on sqlite and the run folders under
     `root`; `settings` adds or replaces keys of the evolve YAML (e.g. evolvers, cycles), and a
     setting of None drops the key (e.g. `evolvers=None` for a search that evolves by itself).
@@ -65,7 +67,7 @@ def write_small_evolve(
         "experiment": experiment,
         "environment": {
             "procedural": {
-                "users": sum(users),
+                "users": sum(users) + confirm,
                 "periods": periods,
                 "questions": questions,
                 "seed": 1,
@@ -73,6 +75,7 @@ def write_small_evolve(
             "train_users": train,
             "val_users": val,
             "test_users": test,
+            **({"confirm_users": confirm} if confirm else {}),
         },
         "policy": str(root / "awi.yaml"),
         "feedback_modes": ["complete"],

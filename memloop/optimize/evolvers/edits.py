@@ -223,6 +223,7 @@ class EditsEvolver:
 
     name = "edits"
     Settings = EditsSettings
+    confirms = "last"  # its own screens accept edits: the last cycle is its candidate
 
     def __init__(
         self, client: ChatClient | None, settings: EditsSettings | None = None, **overrides

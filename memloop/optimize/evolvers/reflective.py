@@ -195,6 +195,7 @@ class ReflectiveEvolver:
     """
 
     name = "reflective"
+    confirms = "last"  # it never reads validation scores: the last cycle is its candidate
     Settings = ReflectiveSettings
 
     def __init__(

@@ -1,0 +1,198 @@
+"""The one decision on fresh confirmation users: a pre-declared candidate against the seed.
+
+A run with `environment.confirm_users` keeps those users out of everything the loop does: no
+feedback, screen, validation or selection reads them (`RunContext.evaluate_splits` evaluates
+train, val and test only). After the last cycle the run declares its candidate, once and in
+writing (confirm/declared.json, before any confirmation episode exists):
+
+- the evolvers that screen on training users and accept their own edits (`edits`, `reflective`:
+  `confirms = "last"`): the last cycle;
+- those whose candidates are built from validation scores (`playbook`, GEPA, and by default any
+  plug-in): the cycle with the best validation objective (`confirms = "validation"`).
+
+The gate (core/stats.py) then compares the candidate with the seed on the confirmation users,
+both evaluated in whole episodes with the same draws: once at 0.05, or with `confirm_looks: 2`
+(the default when look 1 can decide) on the exact two-look rule (`TwoLooks`), which stops at half
+the users when the effect is large. Its decision is the run's verdict and names `best`
+(runs/cycles.select_cycle). A candidate whose prompts are the seed's is reported as identical and
+nothing is evaluated.
+
+Layout under the run folder: confirm/declared.json, confirm/look_<n>/<seed|candidate>/ (each an
+evaluation folder, resumed from its checkpoints), confirm/decision.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memloop.core.errors import UserError
+from memloop.core.files import atomic_write_json, json_sha256
+from memloop.core.stats import TwoLooks, gate
+from memloop.runs.cycles import (
+    CONFIRM_ARTIFACT,
+    CONFIRM_DECISION,
+    CONFIRM_FOLDER,
+    CONFIRM_SPLIT,
+    SEED_CYCLE,
+    SELECTION_SPLIT,
+    Confirmation,
+    CycleRecord,
+    load_confirmation,
+)
+
+if TYPE_CHECKING:
+    from memloop.environment.data import UserItem
+
+RunContext = Any  # optimize/context.py's, which calls this module (no import back)
+
+FOLDER = CONFIRM_FOLDER
+ARTIFACT = CONFIRM_ARTIFACT
+DECISION = CONFIRM_DECISION
+DECLARED = "declared.json"
+
+RULES = {
+    "last": "the last cycle",
+    "validation": "the best validation cycle",
+}
+
+
+def candidate_rule(ctx: RunContext) -> str:
+    """`last` or `validation`: how this condition's candidate is declared.
+
+    A search that evolves by itself (GEPA) builds candidates from validation scores; otherwise
+    its evolver's class attribute `confirms` says (default `validation`).
+    """
+    if ctx.search.evolves_itself:
+        return "validation"
+    from memloop.optimize import registry
+
+    cls = registry.optimizer_class(ctx.evolver_name, "evolver", "evolvers", ctx._base_dir())
+    rule = getattr(cls, "confirms", "validation")
+    if rule not in RULES:
+        raise UserError(
+            f"evolver {ctx.evolver_name}: confirms = {rule!r}; use one of {', '.join(RULES)}"
+        )
+    return str(rule)
+
+
+def declare(records: list[CycleRecord], rule: str, objective: str) -> int:
+    """The cycle `rule` names among the finished `records`."""
+    if rule == "last" or not records:
+        return records[-1].cycle if records else SEED_CYCLE
+    scored = [(r, r.score(SELECTION_SPLIT, objective)) for r in records]
+    defined = [(r, s) for r, s in scored if s is not None]
+    if not defined:  # no validation value to choose on: the search's own last word
+        return records[-1].cycle
+    best, _ = max(defined, key=lambda rs: (rs[1], -rs[0].cycle))
+    return best.cycle
+
+
+def confirm(ctx: RunContext, records: list[CycleRecord]) -> Confirmation | None:
+    """Declare the candidate, evaluate it and the seed on the confirmation users, decide.
+
+    None when the run has no confirmation users. A rerun reads a finished decision back; an
+    interrupted one resumes its evaluations from their checkpoints. A declaration on disk that
+    names another candidate (the cycles changed under it) is refused in one line.
+    """
+    users: list[UserItem] = ctx.users.get(CONFIRM_SPLIT, [])
+    if not users or not records:
+        return None
+    folder = ctx.run_dir / FOLDER
+    done = load_confirmation(ctx.run_dir)
+    if done is not None:
+        return done
+    rule = candidate_rule(ctx)
+    objective = ctx.objective.value
+    k = declare(records, rule, objective)
+    prompts = ctx.store.saved_prompts(k) or ctx.initial_prompts
+    seed = ctx.store.saved_prompts(SEED_CYCLE) or ctx.initial_prompts
+    declared = {
+        "candidate": k,
+        "rule": RULES[rule],
+        "prompts_sha256": json_sha256(prompts),
+        "users": [u.id for u in users],
+        "looks": ctx.config.confirm_looks,
+        "objective": objective,
+    }
+    path = folder / DECLARED
+    if path.is_file():
+        before = json.loads(path.read_text())
+        if before != declared:
+            raise UserError(
+                f"{path}: the run declared cycle {before['candidate']} for confirmation, now it "
+                f"would declare cycle {k}; the declaration is fixed before the confirmation runs "
+                "(remove the run folder's confirm/ to declare again)"
+            )
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, declared)
+    base = {
+        "candidate": k,
+        "rule": RULES[rule],
+        "objective": objective,
+        "users": [u.id for u in users],
+        "looks": ctx.config.confirm_looks,
+    }
+    if json_sha256(prompts) == json_sha256(seed):
+        result = Confirmation(**base, verdict=Confirmation.IDENTICAL)
+        atomic_write_json(folder / DECISION, result.model_dump(mode="json"))
+        return result
+    rule_two = TwoLooks(len(users))
+    two = ctx.config.confirm_looks == 2 and rule_two.can_stop_early
+    first = users[: rule_two.first] if two else users
+    s1, c1 = _scores(ctx, first, seed, prompts, folder / "look_1", objective)
+    decision = None
+    if two:
+        d1 = _diffs(c1, s1, first)
+        decision = rule_two.look_one(d1)
+        if decision is None:
+            rest = users[rule_two.first :]
+            s2, c2 = _scores(ctx, rest, seed, prompts, folder / "look_2", objective)
+            s1, c1 = {**s1, **s2}, {**c1, **c2}
+            decision = rule_two.look_two(d1, _diffs(c2, s2, rest))
+    else:
+        decision = gate(_diffs(c1, s1, first))
+    result = Confirmation(
+        **base,
+        verdict=decision.verdict.value,
+        seed=s1,
+        scores=c1,
+        gate=decision.to_dict(),
+    )
+    atomic_write_json(folder / DECISION, result.model_dump(mode="json"))
+    return result
+
+
+def _diffs(candidate: dict[str, float], seed: dict[str, float], users: list[Any]) -> list[float]:
+    """Per user in `users`' order with a value under both: candidate - seed."""
+    return [candidate[u.id] - seed[u.id] for u in users if u.id in candidate and u.id in seed]
+
+
+def _scores(
+    ctx: RunContext,
+    users: list[UserItem],
+    seed: dict[str, str],
+    candidate: dict[str, str],
+    out: Path,
+    objective: str,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """{user: objective} of the seed and of the candidate on `users` (whole episodes)."""
+    from memloop.feedback.evaluate import run_evaluation
+
+    values = []
+    for name, prompts in (("seed", seed), ("candidate", candidate)):
+        result = run_evaluation(
+            users,
+            ctx.factory(prompts),
+            out / name,
+            **ctx._eval_options(),
+            label=f"{ctx.condition_label} confirmation: {name}",
+            group=CONFIRM_SPLIT,
+        )
+        per_user = result.metrics.get("per_user", {})
+        values.append(
+            {u: row[objective] for u, row in per_user.items() if row.get(objective) is not None}
+        )
+    return values[0], values[1]
