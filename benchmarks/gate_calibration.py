@@ -11,6 +11,17 @@ Each stage runs memloop's own decision code on simulated per-user scores:
   version it names is not the seed's.
 Beside each, the rule it replaced: the screen took the best candidate whose state accuracy beat
 the current prompt's; selection took the best validation cycle; `best` named it.
+- `screen (explore)`: the same screen with `screen_takes: explore` (the playbook's default): how
+  often it takes a candidate that does nothing (an exploration step is not a claim; the
+  confirmation below decides the claim);
+- `confirmation`: the whole pipeline, loop + confirmation (optimize/confirm.py): `cycles` cycles
+  on `val` validation users, the candidate pre-declared by its rule (`validation`: the best
+  validation cycle, as the playbook and GEPA, whose candidates are built from validation scores;
+  `last`: the last cycle, as the edits and reflective evolvers, whatever their screens took), then
+  the gate on `users` fresh confirmation users against the seed, at 0.05, with one look or two
+  (`core/stats.TwoLooks`). Under an effect the last cycle carries it, on the letter read's
+  state_prob scale (+0.03, +0.05: CONFIRM_EFFECTS); found = the declared candidate is that cycle
+  and the gate says improved. Its model is the measured per-user differences of state_prob.
 
 Two models of the per-user scores:
 - `binary (binomial)`: each user answers `pairs` state pairs (the evidence design: 2 questions x 2
@@ -162,8 +173,10 @@ def measured_pool(path: Path, scoring: str, changes: list[str]) -> list[float]:
 # ------------------------------------------------------------------ the stages
 
 
-def screen_once(draws: Any, users: int, candidates: int, effect: float) -> dict[str, bool]:
-    """One screen: the gate's choice and the old rule's, on one set of draws."""
+def screen_once(
+    draws: Any, users: int, candidates: int, effect: float, takes: str = "improved"
+) -> dict[str, bool]:
+    """One screen: the gate's choice (`screen_takes: takes`) and the old rule's, on one draw."""
     from memloop.optimize.evolvers.playbook import PlaybookEvolver, PlaybookSettings
 
     p = draws.users(users)
@@ -175,6 +188,7 @@ def screen_once(draws: Any, users: int, candidates: int, effect: float) -> dict[
     def screen(prompts: dict[str, str]) -> Any:
         by_user = values[prompts["writer"]]
         return SimpleNamespace(
+            state_prob=None,  # binary scores: the screen ranks on state accuracy
             state_accuracy=sum(by_user.values()) / len(by_user),
             by_user=by_user,
             tokens=0,
@@ -182,7 +196,7 @@ def screen_once(draws: Any, users: int, candidates: int, effect: float) -> dict[
         )
 
     options = [(f"c{j}", f"candidate {j}") for j in range(candidates)]
-    evolver = PlaybookEvolver(None, PlaybookSettings(screen_takes="improved"))  # type: ignore[arg-type]
+    evolver = PlaybookEvolver(None, PlaybookSettings(screen_takes=takes))  # type: ignore[arg-type]
     chosen, _ = evolver._choose("writer", {"writer": "current"}, options, screen)
     good = f"c{candidates - 1}"
     now = screen({"writer": "current"}).state_accuracy
@@ -263,8 +277,11 @@ def run_stage(
     scale: float = 1.0,
 ):
     users = size["users"]
-    if stage == "screen":
-        once = lambda effect: screen_once(draws, users, size["candidates"], effect)  # noqa: E731
+    if stage in ("screen", "screen (explore)"):
+        takes = "explore" if stage == "screen (explore)" else "improved"
+        once = lambda effect: screen_once(  # noqa: E731
+            draws, users, size["candidates"], effect, takes
+        )
         key = "gate"
     else:
         once = lambda effect: selection_once(draws, users, size["cycles"], effect)  # noqa: E731
@@ -289,12 +306,111 @@ def run_stage(
         "power": power,
         "before": {
             "rule": "best candidate above the current prompt"
-            if stage == "screen"
+            if stage.startswith("screen")
             else "best validation cycle",
             "false_accept": rate(sum(n["old"] for n in null), null_runs),
             "power": old_power,
         },
     }
+
+
+CONFIRM_EFFECTS = (0.03, 0.05)  # on the state_prob scale
+CONFIRM_SIZES: list[dict[str, Any]] = [
+    {"users": users, "looks": looks, "rule": rule, "val": 4, "cycles": 4}
+    for rule, users, looks in (
+        ("validation", 16, 1),
+        ("validation", 26, 1),
+        ("validation", 26, 2),
+        ("last", 20, 1),
+        ("last", 26, 2),
+        ("last", 40, 2),
+    )
+]
+
+
+def confirmation_once(
+    draws: MeasuredDifferences, size: dict[str, Any], effect: float
+) -> dict[str, bool]:
+    """The loop's validation cycles, the declared candidate, the gate on fresh users."""
+    from memloop.core.stats import TwoLooks, gate
+    from memloop.optimize.confirm import declare
+
+    records = cycle_records(draws, size["val"], size["cycles"], effect)
+    k = declare(records, size["rule"], "state_accuracy")
+    real = k == size["cycles"] - 1  # the cycle that carries the effect (none under no effect)
+    n = size["users"]
+    p = draws.users(n)
+    seed = draws.baseline(p)
+    candidate = draws.candidate(p, effect if real else 0.0)
+    diffs = [candidate[u] - seed[u] for u in seed]
+    rule = TwoLooks(n)
+    if size["looks"] == 2 and rule.can_stop_early:
+        decision = rule.look_one(diffs[: rule.first]) or rule.look_two(
+            diffs[: rule.first], diffs[rule.first :], draws=20_000
+        )
+    else:
+        decision = gate(diffs)
+    loop_alone = select_cycle_improved(records)
+    return {
+        "gate": decision.improved,
+        "gate_found": decision.improved and real,
+        "stopped_early": decision.look == 1,
+        "old": loop_alone,
+        "old_found": loop_alone and real,
+    }
+
+
+def select_cycle_improved(records: list[Any]) -> bool:
+    """The loop alone (no confirmation): its validation selection left the seed."""
+    from memloop.runs.cycles import select_cycle
+
+    selection = select_cycle(records, "state_accuracy")
+    return selection is not None and selection.cycle != 0
+
+
+def run_confirmation(
+    size: dict[str, Any], draws: MeasuredDifferences, null_runs: int, power_runs: int
+) -> dict[str, Any]:
+    null = [confirmation_once(draws, size, 0.0) for _ in range(null_runs)]
+    power, old_power, early = {}, {}, {}
+    for effect in CONFIRM_EFFECTS:
+        found = [confirmation_once(draws, size, effect) for _ in range(power_runs)]
+        power[f"{effect:.2f}"] = rate(sum(f["gate_found"] for f in found), power_runs)
+        old_power[f"{effect:.2f}"] = rate(sum(f["old_found"] for f in found), power_runs)
+        early[f"{effect:.2f}"] = rate(sum(f["stopped_early"] for f in found), power_runs)
+    return {
+        "stage": "confirmation",
+        "scoring": "probability",
+        "model": "measured differences",
+        "sizes": {k: v for k, v in size.items()},
+        "where": "loop + confirmation",
+        "effect_scale": 1.0,  # the effects are on state_prob's own scale
+        "null_runs": null_runs,
+        "power_runs": power_runs,
+        "false_accept": rate(sum(n["gate"] for n in null), null_runs),
+        "power": power,
+        "stopped_at_look_1": early,
+        "before": {
+            "rule": "the loop alone: its validation selection (4 users, 4 cycles)",
+            "false_accept": rate(sum(n["old"] for n in null), null_runs),
+            "power": old_power,
+        },
+    }
+
+
+def confirmation_table(stages: list[dict[str, Any]]) -> str:
+    head = (
+        "| candidate rule | confirmation users | looks | false accepts | power +0.03 | "
+        "power +0.05 | stopped at look 1 (+0.05) |\n|---|---|---|---|---|---|---|\n"
+    )
+    rows = [
+        f"| {s['sizes']['rule']} | {s['sizes']['users']} | {s['sizes']['looks']} | "
+        f"{s['false_accept']['rate']:.3f} | {s['power']['0.03']['rate']:.3f} | "
+        f"{s['power']['0.05']['rate']:.3f} | {s['stopped_at_look_1']['0.05']['rate']:.3f} |"
+        for s in stages
+        if s["stage"] == "confirmation"
+    ]
+    return head + "\n".join(rows)
 
 
 def table(stages: list[dict[str, Any]]) -> str:
@@ -304,6 +420,8 @@ def table(stages: list[dict[str, Any]]) -> str:
     )
     rows = []
     for s in stages:
+        if s["stage"] == "confirmation":
+            continue  # its own table (confirmation_table)
         sizes = ", ".join(f"{k} {v}" for k, v in s["sizes"].items() if k != "pairs_per_user")
         rows.append(
             f"| {s['stage']} | {s['scoring']} ({s['model']}) | {sizes} ({s['where']}) | "
@@ -318,6 +436,7 @@ def table(stages: list[dict[str, Any]]) -> str:
 # the sizes the measured-difference models run at (the shipped ones and what would be needed)
 MEASURED_SIZES: dict[str, list[dict[str, Any]]] = {
     "screen": [s for s in SIZES["screen"] if s["users"] in (2, 16)],
+    "screen (explore)": [s for s in SIZES["screen"] if s["users"] in (2, 8)],
     "selection": [s for s in SIZES["selection"] if (s["users"], s["cycles"]) in MEASURED],
     "registration": [s for s in SIZES["selection"] if (s["users"], s["cycles"]) in MEASURED],
 }
@@ -328,6 +447,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--null-runs", type=int, default=2000)
     parser.add_argument("--power-runs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument(
+        "--confirm-null-runs",
+        type=int,
+        default=1000,
+        help="runs under no effect per confirmation row (each is a whole loop + confirmation; "
+        "above 20 users the sign-flip test draws 100,000 patterns)",
+    )
+    parser.add_argument("--confirm-power-runs", type=int, default=400)
     parser.add_argument(
         "--evidence",
         default=str(ROOT / "benchmarks" / "results" / "evidence.json"),
@@ -342,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=str(ROOT / "benchmarks" / "results" / "gate_calibration.json")
     )
     args = parser.parse_args(argv)
-    if args.null_runs < 1 or args.power_runs < 1:
-        parser.error("--null-runs and --power-runs must be at least 1")
+    if min(args.null_runs, args.power_runs, args.confirm_null_runs, args.confirm_power_runs) < 1:
+        parser.error("every --*-runs must be at least 1")
     started = time.perf_counter()
     user_rates = base_rates(Path(args.evidence))
     models: list[tuple[str, str, Any, dict[str, list[dict[str, Any]]], float]] = [
@@ -359,6 +486,21 @@ def main(argv: list[str] | None = None) -> int:
             scale = effect_scale(measured, name, list(CHANGES))
             models.append((scoring, "measured differences", draws, MEASURED_SIZES, scale))
     stages = []
+    if measured.is_file():  # the whole pipeline on the letter read's measured differences
+        pool = measured_pool(measured, "letters P", list(CHANGES))
+        confirm_draws = MeasuredDifferences(pool, args.seed + 1)
+        for size in CONFIRM_SIZES:
+            result = run_confirmation(
+                size, confirm_draws, args.confirm_null_runs, args.confirm_power_runs
+            )
+            stages.append(result)
+            print(
+                f"confirmation {size}: false accepts {result['false_accept']['rate']:.3f} "
+                f"(loop alone {result['before']['false_accept']['rate']:.3f}), power +0.03 "
+                f"{result['power']['0.03']['rate']:.3f}, +0.05 "
+                f"{result['power']['0.05']['rate']:.3f}",
+                flush=True,
+            )
     for scoring, model, draws, sizes, scale in models:
         for stage, at in sizes.items():
             for size in at:
@@ -398,14 +540,24 @@ def main(argv: list[str] | None = None) -> int:
             "effect_scale (the measured ratio of mean changes, state_prob_power.json)",
             "gate": "exact sign-flip test, two-sided 0.05 / the number of candidates chosen "
             "among; improved = p <= level and mean > 0",
+            "confirmation": "loop + confirmation: 4 cycles on 4 validation users (measured "
+            "differences), the candidate declared by its rule (validation: best validation "
+            "cycle; last: the last cycle), then the gate at 0.05 on fresh confirmation users "
+            "(one look, or TwoLooks: half the users at 0.0056, then the sequential p); effects "
+            "+0.03 / +0.05 state_prob carried by the last cycle",
             "seed": args.seed,
         },
         "stages": stages,
-        "max_false_accept": max(s["false_accept"]["rate"] for s in stages),
+        # over the decisions that accept a change (an explore screen's step is not one: it
+        # takes a candidate on purpose, and only a later gate may keep it)
+        "max_false_accept": max(
+            s["false_accept"]["rate"] for s in stages if s["stage"] != "screen (explore)"
+        ),
         "seconds": round(time.perf_counter() - started, 1),
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(table(stages))
+    print(confirmation_table(stages))
     print(f"wrote {args.out} in {out['seconds']} s")
     return 0
 
