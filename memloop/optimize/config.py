@@ -166,6 +166,12 @@ class EvolveConfig(_Strict):
         "is large (an exact two-look rule with alpha spending, core/stats.TwoLooks; used when "
         "half the users can reach its first level, 9 or more), 1 decides once on all of them",
     )
+    null_control: bool = Field(
+        False,
+        description="with confirmation users: also score the seed again as if it were a "
+        "candidate (a draw of its own when an endpoint samples, else the seed reworded) by the "
+        "same rule; its verdict is printed beside the run's: the run's own noise floor",
+    )
     endpoints: Endpoints = Field(default_factory=Endpoints)
     summary_max_questions: StrictInt = Field(
         12, ge=1, description="questions per feedback summary (wrong answers first)"
@@ -218,6 +224,11 @@ class EvolveConfig(_Strict):
             raise ValueError(
                 "environment.train_users: evolution needs at least one training user "
                 "(their episodes make the feedback)"
+            )
+        if self.null_control and not self.environment.confirm_users:
+            raise ValueError(
+                "null_control: the null control is scored on the confirmation users; set "
+                "environment.confirm_users"
             )
         return self
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
-from memloop.core.stats import TwoLooks, gate
+from memloop.core.stats import GateResult, TwoLooks, gate
 from memloop.runs.cycles import (
     CONFIRM_ARTIFACT,
     CONFIRM_DECISION,
@@ -135,34 +135,86 @@ def confirm(ctx: RunContext, records: list[CycleRecord]) -> Confirmation | None:
         "users": [u.id for u in users],
         "looks": ctx.config.confirm_looks,
     }
+    null = _null_control(ctx, users, seed, folder, objective) if ctx.config.null_control else None
     if json_sha256(prompts) == json_sha256(seed):
-        result = Confirmation(**base, verdict=Confirmation.IDENTICAL)
+        result = Confirmation(**base, verdict=Confirmation.IDENTICAL, null=null)
         atomic_write_json(folder / DECISION, result.model_dump(mode="json"))
         return result
-    rule_two = TwoLooks(len(users))
-    two = ctx.config.confirm_looks == 2 and rule_two.can_stop_early
-    first = users[: rule_two.first] if two else users
-    s1, c1 = _scores(ctx, first, seed, prompts, folder / "look_1", objective)
-    decision = None
-    if two:
-        d1 = _diffs(c1, s1, first)
-        decision = rule_two.look_one(d1)
-        if decision is None:
-            rest = users[rule_two.first :]
-            s2, c2 = _scores(ctx, rest, seed, prompts, folder / "look_2", objective)
-            s1, c1 = {**s1, **s2}, {**c1, **c2}
-            decision = rule_two.look_two(d1, _diffs(c2, s2, rest))
-    else:
-        decision = gate(_diffs(c1, s1, first))
+    decision, seed_scores, scores = _decide(ctx, users, seed, prompts, folder, objective)
     result = Confirmation(
         **base,
         verdict=decision.verdict.value,
-        seed=s1,
-        scores=c1,
+        seed=seed_scores,
+        scores=scores,
         gate=decision.to_dict(),
+        null=null,
     )
     atomic_write_json(folder / DECISION, result.model_dump(mode="json"))
     return result
+
+
+NULL_DRAW = 1_000_000  # the null control's draw when an endpoint samples (repeats use 1, 2, ...)
+NULL_PREFIX = "Task: "  # a change of wording that adds no instruction
+
+
+def null_prompts(seed: dict[str, str]) -> dict[str, str]:
+    """The seed reworded without a new instruction: each text behind NULL_PREFIX."""
+    return {name: NULL_PREFIX + text for name, text in seed.items()}
+
+
+def _null_control(
+    ctx: RunContext, users: list[UserItem], seed: dict[str, str], folder: Path, objective: str
+) -> dict[str, Any]:
+    """The seed scored again as if it were a candidate, by the same rule: the noise floor.
+
+    When the agent or the simulated user samples (temperature > 0), the seed itself under a draw
+    of its own; otherwise a second scoring of the same seed would repeat every answer, so the
+    seed reworded (`null_prompts`): a change of prompt that says nothing new, which moves the
+    writer's outputs and the conversations the way any candidate does.
+    """
+    if ctx.clients.sampled():
+        what = f"the seed again, draw {NULL_DRAW}"
+        prompts, clients = seed, ctx.clients.with_draw(NULL_DRAW)
+    else:
+        what = f"the seed reworded ({NULL_PREFIX.strip()!r} before each text)"
+        prompts, clients = null_prompts(seed), None
+    decision, seed_scores, scores = _decide(
+        ctx, users, seed, prompts, folder, objective, name="null", clients=clients
+    )
+    return {
+        "what": what,
+        "verdict": decision.verdict.value,
+        "seed": seed_scores,
+        "scores": scores,
+        "gate": decision.to_dict(),
+    }
+
+
+def _decide(
+    ctx: RunContext,
+    users: list[UserItem],
+    seed: dict[str, str],
+    prompts: dict[str, str],
+    folder: Path,
+    objective: str,
+    *,
+    name: str = "candidate",
+    clients: Any = None,
+) -> tuple[GateResult, dict[str, float], dict[str, float]]:
+    """`prompts` against the seed on `users` by the run's rule (one look, or two)."""
+    rule = TwoLooks(len(users))
+    two = ctx.config.confirm_looks == 2 and rule.can_stop_early
+    first = users[: rule.first] if two else users
+    s1, c1 = _scores(ctx, first, seed, prompts, folder / "look_1", objective, name, clients)
+    if not two:
+        return gate(_diffs(c1, s1, first)), s1, c1
+    d1 = _diffs(c1, s1, first)
+    early = rule.look_one(d1)
+    if early is not None:
+        return early, s1, c1
+    rest = users[rule.first :]
+    s2, c2 = _scores(ctx, rest, seed, prompts, folder / "look_2", objective, name, clients)
+    return rule.look_two(d1, _diffs(c2, s2, rest)), {**s1, **s2}, {**c1, **c2}
 
 
 def _diffs(candidate: dict[str, float], seed: dict[str, float], users: list[Any]) -> list[float]:
@@ -177,18 +229,27 @@ def _scores(
     candidate: dict[str, str],
     out: Path,
     objective: str,
+    name: str = "candidate",
+    clients: Any = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """{user: objective} of the seed and of the candidate on `users` (whole episodes)."""
+    """{user: objective} of the seed and of `candidate` (folder `name`) on `users`.
+
+    Whole episodes; `clients`: the candidate's own role clients (the null control's draw). The
+    seed's folder is shared by the candidate and the null control (resumed, not run twice).
+    """
     from memloop.feedback.evaluate import run_evaluation
 
     values = []
-    for name, prompts in (("seed", seed), ("candidate", candidate)):
+    for folder, prompts, drawn in (("seed", seed, None), (name, candidate, clients)):
+        options = ctx._eval_options()
+        if drawn is not None:
+            options["clients"] = drawn
         result = run_evaluation(
             users,
             ctx.factory(prompts),
-            out / name,
-            **ctx._eval_options(),
-            label=f"{ctx.condition_label} confirmation: {name}",
+            out / folder,
+            **options,
+            label=f"{ctx.condition_label} confirmation: {folder}",
             group=CONFIRM_SPLIT,
         )
         per_user = result.metrics.get("per_user", {})

@@ -522,6 +522,9 @@ class RunContext:
             params["selection.gate_n"] = str(gate["n"])
             if gate.get("detectable") is not None:
                 params["selection.detectable_effect"] = f"{gate['detectable']:.4g}"
+        if outcome.confirmation is not None and outcome.confirmation.null is not None:
+            null = outcome.confirmation.null
+            tags["memloop.null_control"] = f"{null['what']}: {null['verdict']}"
         if outcome.confirmation is not None:
             params["confirmation.candidate"] = str(outcome.confirmation.candidate)
             params["confirmation.users"] = str(len(outcome.confirmation.users))

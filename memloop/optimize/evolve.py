@@ -70,6 +70,30 @@ def conditions(config: EvolveConfig) -> list[tuple[str, str, Search]]:
     return out
 
 
+def cannot_decide(config: EvolveConfig) -> str | None:
+    """Why no outcome of `config`'s runs can pass the gate, or None when one can.
+
+    With confirmation users one candidate is tested at ALPHA on them; without, the best of the
+    evolved cycles at ALPHA / (cycles - 1) on the validation users (core/stats.min_users).
+    """
+    from memloop.core.stats import ALPHA, min_users
+
+    env = config.environment
+    if env.confirm_users:
+        need = min_users(ALPHA)
+        if env.confirm_users >= need:
+            return None
+        return f"{env.confirm_users} confirmation user(s), and the gate needs {need}"
+    candidates = max(1, config.cycles - 1)
+    need = min_users(ALPHA / candidates)
+    if env.val_users >= need:
+        return None
+    return (
+        f"{env.val_users} validation user(s) and no confirmation users, and the gate needs {need} "
+        f"for a choice among {candidates} cycle(s)"
+    )
+
+
 def run_evolve(
     config: EvolveConfig,
     *,
@@ -116,6 +140,13 @@ def run_evolve(
         for mode, evolver, search in chosen
         for repeat in range(config.repeats)
     ]
+    reason = cannot_decide(config)
+    if reason is not None:
+        print(
+            f"this experiment cannot decide: {reason}; whatever it finds, the seed stands "
+            "(environment.confirm_users: 26 fresh users detect +0.03 state_prob at 90% power)",
+            flush=True,
+        )
     outcomes = []
     for ctx, search in runs:
         again = f" repeat={ctx.repeat}" if config.repeats > 1 else ""

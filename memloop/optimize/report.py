@@ -92,7 +92,14 @@ def selection_line(outcome: Any) -> str:
     if selection.gate is not None:
         from memloop.core.stats import decision_text
 
-        line += f"; the gate, cycle {selection.candidate} - seed: {decision_text(selection.gate)}"
+        users = "confirmation" if selection.gate.get("split") == "confirm" else "validation"
+        line += (
+            f"; the gate on {users} users, cycle {selection.candidate} - seed: "
+            f"{decision_text(selection.gate)}"
+        )
+    null = getattr(getattr(outcome, "confirmation", None), "null", None)
+    if null is not None:
+        line += f"; null control ({null['what']}) - seed: {decision_text(null['gate'])}"
     return line
 
 

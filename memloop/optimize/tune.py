@@ -846,6 +846,10 @@ def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
             f"best trial {t['trial']} ({', '.join(str(t[k]) for k in outcome.params)}) "
             f"on {t['users']} test users: {numbers}"
         )
+    lines.append(
+        "tune cannot decide: its best trial is chosen on validation users, and no gate compares "
+        "it with the policy's defaults on fresh users; the numbers above claim no improvement"
+    )
     if outcome.plots:
         lines.append("Optuna's plots: " + ", ".join(str(p) for p in outcome.plots))
     if fmt == "md":

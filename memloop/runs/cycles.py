@@ -291,6 +291,8 @@ class Confirmation(BaseModel):
     seed: dict[str, float] = Field(default_factory=dict)
     scores: dict[str, float] = Field(default_factory=dict)
     gate: dict[str, Any] | None = None
+    # the null control (`null_control: true`): {what, verdict, seed, scores, gate}
+    null: dict[str, Any] | None = None
 
     IDENTICAL: ClassVar[str] = "identical to the seed"
 

@@ -102,7 +102,7 @@ def test_the_confirmation_decides_the_verdict_best_compare_and_export(tmp_path, 
     selection is the declared cycle, `best` names its version, compare and export agree."""
     calls: list[list[str]] = []
 
-    def scores(ctx, users, seed, candidate, out, objective):
+    def scores(ctx, users, seed, candidate, out, objective, *rest):
         calls.append([u.id for u in users])
         base = {u.id: 0.3 + 0.01 * i for i, u in enumerate(users)}
         return base, {u: v + 0.2 for u, v in base.items()}
@@ -156,7 +156,7 @@ def test_two_looks_stop_at_half_the_users_on_a_large_effect_and_go_on_on_a_small
     calls: list[int] = []
     effect = {"size": 0.2}
 
-    def scores(ctx, users, seed, candidate, out, objective):
+    def scores(ctx, users, seed, candidate, out, objective, *rest):
         calls.append(len(users))
         base = {u.id: 0.3 + 0.01 * (i % 5) for i, u in enumerate(users)}
         up, step = effect["size"], 0.01
@@ -193,3 +193,72 @@ def test_a_candidate_identical_to_the_seed_is_reported_so_and_nothing_is_evaluat
     assert not (outcome.run_dir / "confirm" / "look_1").exists()
     assert outcome.selection.cycle == 0
     assert "is the seed" in outcome.selection.rule
+
+
+def test_the_null_control_scores_the_reworded_seed_by_the_same_rule(tmp_path, monkeypatch, fake):
+    """Deterministic endpoints (temperature 0): the null control is the seed reworded, evaluated
+    on the confirmation users like a candidate; its decision is stored and printed."""
+    from memloop.optimize.report import selection_line
+
+    made: list[dict[str, str]] = []
+    from memloop.optimize.context import RunContext
+
+    real = RunContext.factory
+
+    def factory(self, prompts):
+        made.append(dict(prompts))
+        return real(self, prompts)
+
+    monkeypatch.setattr(RunContext, "factory", factory)
+    _, (outcome,) = run(tmp_path, fake, evolvers=["reflective"], null_control=True)
+    null = outcome.confirmation.null
+    seed = _prompts(outcome, 0)
+    assert null["what"] == "the seed reworded ('Task:' before each text)"
+    assert {k: "Task: " + v for k, v in seed.items()} in made
+    assert (outcome.run_dir / "confirm" / "look_1" / "null" / "metrics.json").is_file()
+    assert set(null["scores"]) == set(outcome.confirmation.users)
+    users = outcome.confirmation.users
+    expected = gate([null["scores"][u] - null["seed"][u] for u in users])
+    assert null["gate"] == expected.to_dict() and null["verdict"] == expected.verdict.value
+    assert null["seed"] == outcome.confirmation.seed  # the seed's one evaluation, shared
+    assert "; null control (the seed reworded" in selection_line(outcome)
+
+
+def test_a_null_control_needs_confirmation_users(tmp_path):
+    from memloop.core.errors import UserError
+
+    path = write_small_evolve(tmp_path, "confirm", (2, 1, 1), null_control=True)
+    with pytest.raises((UserError, ValueError), match="set environment.confirm_users"):
+        load_config(path, EvolveConfig)
+
+
+def test_an_experiment_says_when_no_outcome_can_pass_the_gate(tmp_path):
+    from memloop.optimize.evolve import cannot_decide
+    from memloop.testing.paths import REPO
+
+    def reason(users, confirm=0, **over):
+        path = write_small_evolve(tmp_path, "c", users, confirm=confirm, **over)
+        return cannot_decide(load_config(path, EvolveConfig))
+
+    assert reason((2, 1, 1), cycles=2) == (
+        "1 validation user(s) and no confirmation users, and the gate needs 6 for a choice "
+        "among 1 cycle(s)"
+    )
+    assert reason((2, 1, 1), confirm=5) == "5 confirmation user(s), and the gate needs 6"
+    assert reason((2, 1, 1), confirm=6) is None
+    assert reason((2, 6, 1), cycles=3) == (  # 0.05 / 2 candidates needs 7 users
+        "6 validation user(s) and no confirmation users, and the gate needs 7 for a choice "
+        "among 2 cycle(s)"
+    )
+    assert reason((2, 7, 1), cycles=3) is None
+    shipped = REPO / "memloop" / "experiments"
+    for name in ("complete", "diagnostic", "question-only", "no-evolution"):
+        config = load_config(shipped / "evolve" / f"{name}.yaml", EvolveConfig)
+        assert cannot_decide(config) is None, name
+        assert "# Can it decide? Yes" in (shipped / "evolve" / f"{name}.yaml").read_text()
+        small = shipped / "evolve" / f"{name}-small.yaml"
+        assert cannot_decide(load_config(small, EvolveConfig)) is not None, name
+        assert "# Can it decide? No" in small.read_text()
+    quick = shipped / "quickstart.yaml"
+    assert cannot_decide(load_config(quick, EvolveConfig)) is not None
+    assert "# Can it decide? No" in quick.read_text()

@@ -58,8 +58,16 @@ def test_gepa_two_cycles(workspace, local_client):
     root, endpoint = workspace
     config = {
         "experiment": "real-gepa",
-        # GEPA learns on the training user and selects on the validation user
-        "environment": {**ENV, "train_users": 1, "val_users": 1, "test_users": 0},
+        # GEPA learns on the training user and selects on the validation user; one
+        # confirmation user: the declared candidate and the null control are scored on it
+        "environment": {
+            "procedural": {**ENV["procedural"], "users": 3},
+            "train_users": 1,
+            "val_users": 1,
+            "test_users": 0,
+            "confirm_users": 1,
+        },
+        "null_control": True,
         "policy": capped_policy(root, "awi"),
         "feedback_modes": ["complete"],
         "search": "gepa",
@@ -102,7 +110,18 @@ def test_gepa_two_cycles(workspace, local_client):
     from memloop.core.leaks import named
     from memloop.environment.procedural import generate_procedural
 
-    private = set().union(*(i.private_values() for i in generate_procedural(**ENV["procedural"])))
+    # the confirmation on the real path: one user cannot decide (6 are the fewest at 0.05), and
+    # the null control (the seed reworded, temperature 0) was scored on it like a candidate
+    decision = json.loads((run_dir / "confirm" / "decision.json").read_text())
+    assert decision["null"]["verdict"] == "too few users"
+    assert decision["null"]["what"] == "the seed reworded ('Task:' before each text)"
+    assert (run_dir / "confirm" / "look_1" / "null" / "metrics.json").is_file()
+    assert decision["verdict"] in ("too few users", "identical to the seed")
+    assert run.data.tags["memloop.null_control"].endswith(": too few users")
+    logged = {a.path for a in mlc.list_artifacts(run.info.run_id, "confirmation")}
+    assert logged == {"confirmation/decision.json"}
+    procedural = {**ENV["procedural"], "users": 3}
+    private = set().union(*(i.private_values() for i in generate_procedural(**procedural)))
     name = run.data.tags["memloop.prompt_name"]
     versions = sorted(mlc.search_prompt_versions(name), key=lambda v: int(v.version))
     assert versions and all(
