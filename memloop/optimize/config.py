@@ -328,6 +328,11 @@ class TuneConfig(_Strict):
         "multiple-choice step; always defined), memory_score otherwise",
     )
     minimize_tokens: bool = Field(False, description="second objective: tokens per user")
+    confirm_looks: Literal[1, 2] = Field(
+        2,
+        description="looks at the confirmation users when the best trial is compared with the "
+        "policy's defaults (as evolve's confirm_looks)",
+    )
     heartbeat_s: StrictInt = Field(
         60, ge=1, description="trial heartbeat; a trial silent for 2x this is taken as dead"
     )

@@ -24,6 +24,7 @@ evaluation folder, resumed from its checkpoints), confirm/decision.json.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +191,33 @@ def _null_control(
     }
 
 
+Scores = Callable[[list[Any], str], tuple[dict[str, float], dict[str, float]]]
+
+
+def decide(
+    users: list[Any], scores: Scores, looks: int
+) -> tuple[GateResult, dict[str, float], dict[str, float]]:
+    """The gate on `users` by the rule of `looks` (one look, or TwoLooks when it can stop early).
+
+    `scores(part, look)`: {user id: objective} under the baseline and under the candidate for
+    the users `part`, evaluated in the folder named `look` (`look_1`, `look_2`). Returns the
+    decision and the scores of the users evaluated (half of them when look 1 decided).
+    """
+    rule = TwoLooks(len(users))
+    two = looks == 2 and rule.can_stop_early
+    first = users[: rule.first] if two else users
+    s1, c1 = scores(first, "look_1")
+    d1 = _diffs(c1, s1, first)
+    if not two:
+        return gate(d1), s1, c1
+    early = rule.look_one(d1)
+    if early is not None:
+        return early, s1, c1
+    rest = users[rule.first :]
+    s2, c2 = scores(rest, "look_2")
+    return rule.look_two(d1, _diffs(c2, s2, rest)), {**s1, **s2}, {**c1, **c2}
+
+
 def _decide(
     ctx: RunContext,
     users: list[UserItem],
@@ -202,19 +230,11 @@ def _decide(
     clients: Any = None,
 ) -> tuple[GateResult, dict[str, float], dict[str, float]]:
     """`prompts` against the seed on `users` by the run's rule (one look, or two)."""
-    rule = TwoLooks(len(users))
-    two = ctx.config.confirm_looks == 2 and rule.can_stop_early
-    first = users[: rule.first] if two else users
-    s1, c1 = _scores(ctx, first, seed, prompts, folder / "look_1", objective, name, clients)
-    if not two:
-        return gate(_diffs(c1, s1, first)), s1, c1
-    d1 = _diffs(c1, s1, first)
-    early = rule.look_one(d1)
-    if early is not None:
-        return early, s1, c1
-    rest = users[rule.first :]
-    s2, c2 = _scores(ctx, rest, seed, prompts, folder / "look_2", objective, name, clients)
-    return rule.look_two(d1, _diffs(c2, s2, rest)), {**s1, **s2}, {**c1, **c2}
+
+    def scores(part: list[Any], look: str) -> tuple[dict[str, float], dict[str, float]]:
+        return _scores(ctx, part, seed, prompts, folder / look, objective, name, clients)
+
+    return decide(users, scores, ctx.config.confirm_looks)
 
 
 def _diffs(candidate: dict[str, float], seed: dict[str, float], users: list[Any]) -> list[float]:
@@ -252,8 +272,11 @@ def _scores(
             label=f"{ctx.condition_label} confirmation: {folder}",
             group=CONFIRM_SPLIT,
         )
-        per_user = result.metrics.get("per_user", {})
-        values.append(
-            {u: row[objective] for u, row in per_user.items() if row.get(objective) is not None}
-        )
+        values.append(per_user_values(result.metrics, objective))
     return values[0], values[1]
+
+
+def per_user_values(metrics: dict[str, Any], objective: str) -> dict[str, float]:
+    """{user: `objective`} of an evaluation's metrics.json (users where it is defined)."""
+    rows = metrics.get("per_user", {})
+    return {u: row[objective] for u, row in rows.items() if row.get(objective) is not None}

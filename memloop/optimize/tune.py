@@ -55,7 +55,7 @@ from memloop.optimize.context import (
     split_users,
 )
 from memloop.runs import tracker
-from memloop.runs.cycles import OBJECTIVE_SECTION, cost_metrics, headline_values
+from memloop.runs.cycles import OBJECTIVE_SECTION, Confirmation, cost_metrics, headline_values
 from memloop.runs.spec import RunSpec, differences
 
 # recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
@@ -82,6 +82,8 @@ class TuneOutcome:
     objective: Objective = LEGACY_OBJECTIVE  # what `trials[i]["objective"]` holds
     params: list[str] = field(default_factory=list)  # the searched options, in order
     plots: list[Path] = field(default_factory=list)  # Optuna's plots of the study
+    # the best trial against the policy's own setting on the confirmation users
+    confirmation: Confirmation | None = None
 
 
 def _storage(config: TuneConfig):
@@ -385,11 +387,6 @@ class Tuner:
 
         self.config = config
         self.progress = progress
-        if config.environment.confirm_users:
-            raise UserError(
-                f"{config.source or 'config'}: key 'environment.confirm_users': tune does not "
-                "confirm its best trial on fresh users yet (evolve does); drop the key"
-            )
         items, self.env_desc = load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
         run_users = [i for split in self.users.values() for i in split]
@@ -492,21 +489,79 @@ class Tuner:
         policy = self.policy_for(params).model_dump(mode="json")
         return self.study_spec.model_copy(update={"kind": "tune_trial", "policy": policy})
 
-    def evaluate(self, split: str, params: dict[str, Any]):
+    def evaluate(
+        self,
+        split: str,
+        params: dict[str, Any],
+        *,
+        users: list[Any] | None = None,
+        out: Path | None = None,
+    ):
+        """Whole episodes of `split`'s users (or `users`) under the setting `params`."""
         from memloop.feedback.evaluate import run_evaluation
         from memloop.policies import build_policy
 
         policy_config = self.policy_for(params)
         build = self.builder or build_policy
         return run_evaluation(
-            self.users[split],
+            self.users[split] if users is None else users,
             lambda uid, wd, c: build(policy_config, c, wd),
-            self.config.output_root / split / _folder(self.kind, params),
+            out or self.config.output_root / split / _folder(self.kind, params),
             clients=self.clients,
             settings=evaluation_settings(self.config, self.progress),
             label=f"trial {_folder(self.kind, params)}",
             group=split,
         )
+
+    def confirm_best(self, best: dict[str, Any], mlc, parent_id: str) -> Confirmation | None:
+        """The best trial against the policy's own settings on the confirmation users, once.
+
+        None without confirmation users. The declaration (confirm/trial_<n>/declared.json) is
+        written before any confirmation episode; a rerun reads a finished decision back. A study
+        grown later may name another best trial: it is declared and decided in its own folder,
+        and the output counts the decisions these users have made.
+        """
+        from memloop.optimize.confirm import decide, per_user_values
+        from memloop.runs.cycles import CONFIRM_DECISION, CONFIRM_SPLIT
+
+        users = self.users.get(CONFIRM_SPLIT) or []
+        if not users:
+            return None
+        params = {k: best[k] for k in self.config.space}
+        root = self.config.output_root / "confirm"
+        folder = root / f"trial_{best['number']}"
+        path = folder / CONFIRM_DECISION
+        if path.is_file():
+            return Confirmation.model_validate_json(path.read_text())
+        objective = self.ranked_on.value
+        base = {
+            "candidate": best["number"],
+            "rule": "the best validation trial",
+            "objective": objective,
+            "users": [u.id for u in users],
+            "looks": self.config.confirm_looks,
+        }
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / "declared.json", {**base, "params": params})
+        own = self.policy_for({}).model_dump(mode="json")
+        if self.policy_for(params).model_dump(mode="json") == own:
+            result = Confirmation(**base, verdict=Confirmation.IDENTICAL)
+            atomic_write_json(path, result.model_dump(mode="json"))
+            return result
+
+        def scores(part: list[Any], look: str) -> tuple[dict[str, float], dict[str, float]]:
+            out = []
+            for name, setting in (("defaults", {}), ("best", params)):
+                result = self.evaluate(CONFIRM_SPLIT, setting, users=part, out=folder / look / name)
+                out.append(per_user_values(result.metrics, objective))
+            return out[0], out[1]
+
+        decision, s1, c1 = decide(users, scores, self.config.confirm_looks)
+        result = Confirmation(
+            **base, verdict=decision.verdict.value, seed=s1, scores=c1, gate=decision.to_dict()
+        )
+        atomic_write_json(path, result.model_dump(mode="json"))
+        return result
 
     def run(self) -> TuneOutcome:
         import optuna
@@ -557,6 +612,17 @@ class Tuner:
                 )
         if outcome.best:
             outcome.test = self.test_best(outcome.best[0], mlc, parent_id)
+            outcome.confirmation = self.confirm_best(outcome.best[0], mlc, parent_id)
+            if outcome.confirmation is not None:
+                self.log_confirmation(outcome, mlc, parent_id)
+            optuna_best = optuna_best_number(study)
+            if optuna_best is not None and optuna_best != outcome.best[0]["number"]:
+                outcome.notes.append(
+                    f"Optuna's best_trial is trial {optuna_best} (the first of the tied best); "
+                    f"memloop names trial {outcome.best[0]['number']}: ties go to the policy's "
+                    "own setting, then the smallest setting, so the order in which trials "
+                    "finished does not change the best"
+                )
         if outcome.trials:
             outcome.plots = study_plots(study, outcome, config.output_root)
             tracker.log_figure(mlc, parent_id, outcome.plots)
@@ -637,6 +703,34 @@ class Tuner:
         self.added += 1
         return (score, tokens) if config.minimize_tokens else score
 
+    def log_confirmation(self, outcome: TuneOutcome, mlc, parent_id: str) -> None:
+        """The decision as the study run's artifact and tags; how many these users made."""
+        from memloop.runs.cycles import CONFIRM_ARTIFACT, CONFIRM_DECISION
+
+        c = outcome.confirmation
+        assert c is not None
+        tracker.log_text(
+            mlc,
+            parent_id,
+            c.model_dump_json(indent=1),
+            f"{CONFIRM_ARTIFACT}/trial_{c.candidate}/{CONFIRM_DECISION}",
+        )
+        tags = {"memloop.verdict": c.verdict}
+        if c.gate is not None:
+            tags["memloop.gate"] = (
+                f"trial {c.candidate} vs the policy's own setting on {c.gate['n']} "
+                f"confirmation users: {c.gate['verdict']}, mean {c.gate['mean']:+.3f}, "
+                f"p {c.gate['sign_flip_p']:.3g}, level {c.gate['level']:.3g}"
+            )
+        tracker.set_tags(mlc, parent_id, tags)
+        made = sorted((self.config.output_root / "confirm").glob("trial_*/decision.json"))
+        if len(made) > 1:
+            outcome.notes.append(
+                f"these confirmation users have now decided on {len(made)} best trials (the "
+                "study grew between invocations); each decision is at 0.05, so together they "
+                "claim less: for a new claim, add fresh confirmation users"
+            )
+
     def test_best(self, best: dict[str, Any], mlc, parent_id: str) -> dict[str, Any] | None:
         """The best trial (by validation score) run on the test users; logged on the parent."""
         if not self.users["test"]:
@@ -681,6 +775,16 @@ def run_tune(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return Tuner(config, progress=progress, clients=clients, builder=builder).run()
+
+
+def optuna_best_number(study) -> int | None:
+    """Optuna's own `study.best_trial` number (single objective; None otherwise or none)."""
+    if len(study.directions) != 1:
+        return None
+    try:
+        return int(study.best_trial.number)
+    except ValueError:  # no complete trial
+        return None
 
 
 def summarize_study(
@@ -846,10 +950,25 @@ def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
             f"best trial {t['trial']} ({', '.join(str(t[k]) for k in outcome.params)}) "
             f"on {t['users']} test users: {numbers}"
         )
-    lines.append(
-        "tune cannot decide: its best trial is chosen on validation users, and no gate compares "
-        "it with the policy's defaults on fresh users; the numbers above claim no improvement"
-    )
+    c = outcome.confirmation
+    if c is None:
+        lines.append(
+            "tune cannot decide: its best trial is chosen on validation users, and no gate "
+            "compares it with the policy's own setting on fresh users (environment."
+            "confirm_users); the numbers above claim no improvement"
+        )
+    elif c.gate is None:
+        lines.append(
+            f"confirmation: best trial {c.candidate} is the policy's own setting "
+            f"({c.verdict}); nothing to decide"
+        )
+    else:
+        from memloop.core.stats import decision_text
+
+        lines.append(
+            f"confirmation: best trial {c.candidate} - the policy's own setting on "
+            f"{len(c.scores)} fresh users: {decision_text(c.gate)}"
+        )
     if outcome.plots:
         lines.append("Optuna's plots: " + ", ".join(str(p) for p in outcome.plots))
     if fmt == "md":

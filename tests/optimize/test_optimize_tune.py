@@ -468,3 +468,112 @@ def test_a_trial_stopped_by_ctrl_c_is_run_again_and_the_result_is_an_uninterrupt
     assert {k: v for k, v in third.test.items() if k != "trial"} == {
         k: v for k, v in plain.test.items() if k != "trial"
     }
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAIServer(reply=evolve_loop_reply) as server:
+        yield server
+
+
+def test_the_best_trial_is_confirmed_against_the_policys_own_setting_on_fresh_users(
+    tmp_path, monkeypatch, fake
+):
+    """Confirmation users (environment.confirm_users): the best validation trial against the
+    policy's own setting, decided once by the gate; stand-in scores for the confirmation
+    evaluations (+0.1 for the best trial on every user), real stores."""
+    from types import SimpleNamespace
+
+    from memloop.core.stats import gate
+    from memloop.optimize.tune import Tuner, format_outcome
+    from memloop.runs import tracker
+
+    real = Tuner.evaluate
+    seen: list[tuple[dict, int]] = []
+
+    def evaluate(self, split, params, *, users=None, out=None):
+        if split != "confirm":
+            return real(self, split, params, users=users, out=out)
+        seen.append((dict(params), len(users)))
+        bump = 0.1 if params else 0.0  # {}: the policy's own setting
+        per_user = {u.id: {"memory_score": 0.2 + 0.01 * i + bump} for i, u in enumerate(users)}
+        return SimpleNamespace(metrics={"per_user": per_user})
+
+    monkeypatch.setattr(Tuner, "evaluate", evaluate)
+    env = {
+        "procedural": {"users": 9, "periods": 1, "questions": 2, "seed": 1},
+        "val_users": 2,
+        "test_users": 1,
+        "confirm_users": 6,
+    }
+    config, outcome = tune(
+        tmp_path, fake, environment=env, update_freq=[4], short_term_len=[0], top_k=[10]
+    )
+    c = outcome.confirmation
+    best = outcome.best[0]
+    assert c is not None and c.candidate == best["number"]
+    assert [n for _, n in seen] == [6, 6]  # one look: 6 users cannot stop early
+    assert seen[0][0] == {} and seen[1][0] == {"update_freq": 4, "short_term_len": 0, "top_k": 10}
+    expected = gate([c.scores[u] - c.seed[u] for u in c.users])
+    assert c.verdict == expected.verdict.value == "improved"
+    assert c.gate == expected.to_dict()
+    decision = tmp_path / "tune" / "confirm" / f"trial_{best['number']}" / "decision.json"
+    assert json.loads(decision.read_text())["verdict"] == "improved"
+    text = format_outcome(outcome)
+    assert f"confirmation: best trial {best['number']} - the policy's own setting on 6" in text
+    assert "tune cannot decide" not in text
+    mlc = tracker.client(config.tracking_uri)
+    (parent,) = [
+        r
+        for r in mlc.search_runs([mlc.get_experiment_by_name("unit-tune").experiment_id])
+        if r.data.tags["memloop.kind"] == "tune"
+    ]
+    assert parent.data.tags["memloop.verdict"] == "improved"
+    assert "on 6 confirmation users: improved" in parent.data.tags["memloop.gate"]
+    # a rerun reads the decision back: no confirmation episode again
+    seen.clear()
+    _, again = tune(
+        tmp_path, fake, environment=env, update_freq=[4], short_term_len=[0], top_k=[10], trials=1
+    )
+    assert seen == [] and again.confirmation == c
+
+
+def test_a_best_trial_that_is_the_policys_own_setting_is_not_confirmed(tmp_path):
+    env = {
+        "procedural": {"users": 9, "periods": 1, "questions": 2, "seed": 1},
+        "val_users": 2,
+        "test_users": 1,
+        "confirm_users": 6,
+    }
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        _, outcome = tune(
+            tmp_path, fake, environment=env, update_freq=[2], short_term_len=[4], top_k=[30]
+        )
+    from memloop.optimize.tune import format_outcome
+
+    c = outcome.confirmation
+    assert c is not None and c.verdict == "identical to the seed" and c.gate is None
+    assert not list((tmp_path / "tune" / "confirm").glob("trial_*/look_1"))
+    assert "is the policy's own setting (identical to the seed); nothing to decide" in (
+        format_outcome(outcome)
+    )
+
+
+def test_tune_names_the_trial_optuna_would_choose_when_ties_make_them_differ(tmp_path):
+    """Every trial scores the same (the scripted policy ignores its setting). Without the
+    policy's own setting in the space, memloop's tie goes to the smallest setting and Optuna's
+    best_trial to the earliest of the tied: the grid's first draw here is update_freq 4."""
+    import optuna
+
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        config, outcome = tune(
+            tmp_path, fake, update_freq=[2, 4], short_term_len=[0], top_k=[30], sampler="grid"
+        )
+    study = optuna.load_study(study_name="unit-awe", storage=config.storage)
+    assert len({t.values[0] for t in study.trials}) == 1  # all tied
+    assert [t.params["update_freq"] for t in study.trials] == [4, 2]
+    assert study.best_trial.number == 0 and outcome.best[0]["number"] == 1
+    assert (
+        "Optuna's best_trial is trial 0 (the first of the tied best); memloop names trial 1: "
+        "ties go to the policy's own setting, then the smallest setting" in " ".join(outcome.notes)
+    )
