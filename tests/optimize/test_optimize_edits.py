@@ -35,6 +35,8 @@ def test_operators_are_ranked_by_the_failures_they_address_and_any_sentence_can_
     # restrictive s2 answer 3 (operators first), same_label_update 1; the rest none (operator
     # order, then the other removals)
     assert [c.edit for c in cands] == [
+        "compound never written: add own_words + add every_fact + remove s2",
+        "compound update lost: add own_words + add same_label_update",
         "add own_words",
         "add example",
         "add every_fact",
@@ -45,9 +47,9 @@ def test_operators_are_ranked_by_the_failures_they_address_and_any_sentence_can_
         "add normalized",
         "remove s1",
     ]
-    assert cands[0].addresses == {wf.NEVER_WRITTEN: 3, wf.UPDATE_LOST: 1}
-    assert cands[0].text == SEED + "\n" + BY_KEY["own_words"].sentence
-    removal = cands[3]
+    assert cands[2].addresses == {wf.NEVER_WRITTEN: 3, wf.UPDATE_LOST: 1}
+    assert cands[2].text == SEED + "\n" + BY_KEY["own_words"].sentence
+    removal = cands[5]
     assert removal.text == "You keep a short memory."
     assert removal.changes == ["removed s2: Do not record details."]
 
@@ -93,7 +95,8 @@ def test_the_validator_refuses_what_a_small_model_gets_wrong(text, problem):
 
 
 def test_the_screen_and_gate_decide_and_every_refused_edit_is_tabu_later(tmp_path):
-    evolver = EditsEvolver(client=None, candidates=3, max_examples=0)
+    # single edits only here (compound edits: their own test below)
+    evolver = EditsEvolver(client=None, candidates=3, max_examples=0, compound=False)
     # current 0.5; the options: own_words 0.6, every_fact 0.7, remove s2 0.4 (two users)
     screen, seen = screen_with(
         [
@@ -144,7 +147,7 @@ def test_the_slot_is_validated_and_leak_checked(tmp_path):
 
     with FakeOpenAIServer(reply=reply) as server:
         client = ChatClient(Endpoint(model="m", base_url=server.base_url), cache=tmp_path / "c")
-        evolver = EditsEvolver(client, slot=True, candidates=16, max_examples=0)
+        evolver = EditsEvolver(client, slot=True, candidates=16, max_examples=0, compound=False)
         step = propose(evolver, given({"writer": SEED}, cycle=0))
         sent = [r["messages"][-1]["content"] for r in server.requests]
     assert len(sent) == 1 and "never written" in sent[0]
@@ -166,3 +169,59 @@ def test_a_sentence_capping_the_labels_is_a_restriction_tried_first_when_facts_g
     assert edits.index("remove s2") < edits.index("add same_label_update")
     assert edits.index("remove s2") < edits.index("remove s1")
     assert cands[edits.index("remove s2")].addresses == {wf.NEVER_WRITTEN: 5}
+
+
+def test_a_compound_edit_adds_the_sentences_that_address_one_failure_together():
+    """Facts never written: every operator that answers it (one value style) and the removal
+    of the restrictive sentence, at most three parts, in one candidate; named in full."""
+    seed = (
+        "You keep a short memory for an assistant. Write one label, topic, whose value names "
+        "what the latest conversation was about in two or three words."
+    )
+    evolver = EditsEvolver(client=None)
+    cands = evolver.candidates("writer", seed, {wf.NEVER_WRITTEN: 5, wf.ASSISTANT_WORDS: 2})
+    compound = {c.edit: c for c in cands if c.edit.startswith("compound")}
+    never = compound["compound never written: add own_words + add every_fact + remove s2"]
+    assert never.text == "\n".join(
+        [
+            "You keep a short memory for an assistant.",
+            BY_KEY["own_words"].sentence,
+            BY_KEY["every_fact"].sentence,
+        ]
+    )
+    assert never.addresses == {wf.NEVER_WRITTEN: 5, wf.ASSISTANT_WORDS: 2}
+    words = compound["compound assistant's words stored: add own_words + add user_only"]
+    assert words.text == seed + "\n" + BY_KEY["own_words"].sentence + "\n" + (
+        BY_KEY["user_only"].sentence
+    )
+    assert never.shown(1000) == (
+        "compound never written: add own_words + add every_fact + remove s2 "
+        f"[added (own_words): {BY_KEY['own_words'].sentence} | added (every_fact): "
+        f"{BY_KEY['every_fact'].sentence} | removed s2: {seed.split('. ', 1)[1]}]"
+    )
+    assert len(never.shown()) == 160 and never.shown().endswith("...")
+    # a failure only one operator answers makes no compound; compound: false makes none
+    assert not [c for c in evolver.candidates("w", seed, {wf.COLLISION: 4}) if "compound" in c.edit]
+    off = EditsEvolver(client=None, compound=False)
+    assert not [c for c in off.candidates("w", seed, {wf.NEVER_WRITTEN: 5}) if "compound" in c.edit]
+
+
+def test_a_step_screens_five_candidates_and_names_what_each_would_write():
+    """The default: 5 candidates, the compound edits among them; the step's lines name each
+    candidate's sentences, not only its id; a chosen compound lists every sentence it added."""
+    evolver = EditsEvolver(client=None, max_examples=0)
+    # current 0.5; the compound for unwritten facts 0.9, the others 0.6
+    screen, seen = screen_with([{"u1": 0.5}, {"u1": 0.9}] + [{"u1": 0.6}] * 4)
+    step = propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
+    assert len(seen) == 6  # the current prompt and 5 candidates
+    changes = step.changes["writer"]
+    (tried,) = [c for c in changes if c.startswith("candidates: ")]
+    assert tried.count("(addresses") == 5
+    assert f"add own_words [added (own_words): {BY_KEY['own_words'].sentence[:40]}" in tried
+    chose = "chose compound never written: add own_words + add every_fact + remove s2"
+    assert any(c.startswith(chose) for c in changes)
+    assert f"added (every_fact): {BY_KEY['every_fact'].sentence}" in changes
+    assert "removed s2: Do not record details." in changes
+    assert step.prompts["writer"] == "\n".join(
+        ["You keep a short memory.", BY_KEY["own_words"].sentence, BY_KEY["every_fact"].sentence]
+    )

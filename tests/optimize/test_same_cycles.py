@@ -11,6 +11,11 @@ One change on purpose, the issue's own: GEPA yields each cycle as its iteration 
 cycle counts its own iteration's reflection. gepa.json was written again for it; the only
 differences are `tokens/optimizer` (cycle 0: 45 before, 0 now; cycles 1-3: 15 each, 45 in all)
 and `tokens/search_episodes` (0, now logged for every cycle). Nothing else moved.
+
+A second change on purpose (issue 56): the edits evolver screens 5 candidates by default (4
+before) and names each candidate's sentences in its step. episode-edits.json was written again;
+its differences are the candidates line, the screen's fifth score and its Bonferroni level (0.01
+for 5), the fifth candidate's refusal and its replay folder. The other cases did not move.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,7 +127,19 @@ class EditsSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    candidates: int = Field(4, ge=1, le=16, description="edits screened per predictor and step")
+    candidates: int = Field(
+        5,
+        ge=1,
+        le=16,
+        description="edits screened per predictor and step (5: a compound edit and the best "
+        "single ones are screened together)",
+    )
+    compound: bool = Field(
+        True,
+        strict=True,
+        description="also propose compound edits: the two or three sentences (operators, and "
+        "the removal of a restrictive sentence) that address one named failure, together",
+    )
     max_words: int = Field(
         250, ge=8, description="words a prompt may have after an edit (longer: refused)"
     )
@@ -160,10 +173,15 @@ EXAMPLE_FAILURES = (wf.ASSISTANT_WORDS, wf.UPDATE_LOST, wf.COLLISION, wf.NEVER_W
 
 @dataclass
 class Candidate:
-    edit: str  # e.g. "add own_words", "remove s3", "slot"
+    edit: str  # e.g. "add own_words", "remove s3", "slot", "compound never written: ..."
     text: str  # the predictor's prompt after the edit
     addresses: dict[str, int]  # the named failures it answers, with their counts
     changes: list[str]  # what happened to the sentences
+
+    def shown(self, width: int = 160) -> str:
+        """The edit with what it does to the sentences, cut to `width` characters."""
+        text = f"{self.edit} [{' | '.join(self.changes)}]"
+        return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def validate(text: str, old: str, request: str, max_words: int) -> str | None:
@@ -264,6 +282,10 @@ class EditsEvolver:
                 new = keep(render_core([u for u in units if u[0] != uid]))
                 cand = Candidate(f"remove {uid}", new, hit, [f"removed {uid}: {sentence}"])
                 out.append((-sum(hit.values()), len(OPERATORS) + (0 if restrictive else 1), cand))
+        if self.settings.compound:
+            out += [
+                (-sum(c.addresses.values()), -1, c) for c in self.compounds(units, counts, keep)
+            ]
         if slot_fill:
             sentence = SLOT_SENTENCE.format(kinds=slot_fill.rstrip(". "))
             line = max((u[2] for u in units), default=-1) + 1
@@ -297,6 +319,62 @@ class EditsEvolver:
             out.append((0, len(OPERATORS) + 1, cand))
         out.sort(key=lambda x: (x[0], x[1]))
         return [c for _, _, c in out]
+
+    @staticmethod
+    def compounds(units: list[Any], counts: dict[str, int], keep: Any) -> list[Candidate]:
+        """Per named failure found (most wrong pairs first), the edits that address it together.
+
+        Its operators not in the prompt yet (of two that replace each other, the first) and,
+        for facts never written, the removal of each restrictive sentence; at most 3 parts, and
+        only when there are 2 or more. `units` are the prompt's sentences (playbook.core_units),
+        `keep` puts the examples block back.
+        """
+        present = {u[1] for u in units}
+        out, seen = [], set()
+        for failure, _ in sorted(counts.items(), key=lambda fc: (-fc[1], fc[0])):
+            if not counts.get(failure):
+                continue
+            ops: list[Operator] = []
+            for op in OPERATORS:
+                if failure not in op.addresses or op.sentence in present:
+                    continue
+                if any(r in {o.key for o in ops} for r in op.replaces):
+                    continue  # of two value styles, the first
+                ops.append(op)
+            drop = []
+            if failure == wf.NEVER_WRITTEN:
+                drop = [u for u in units if RESTRICTIVE.search(u[1]) and len(units) > 1]
+            parts = [("add", op) for op in ops] + [("remove", u) for u in drop]
+            parts = parts[:3]
+            if len(parts) < 2:
+                continue
+            added = [op for kind, op in parts if kind == "add"]
+            removed = [u for kind, u in parts if kind == "remove"]
+            gone = {u[0] for u in removed} | {
+                u[0]
+                for u in units
+                for op in added
+                if any(BY_KEY[r].sentence == u[1] for r in op.replaces)
+            }
+            kept = [u for u in units if u[0] not in gone]
+            line = max((u[2] for u in units), default=-1) + 1
+            new_units = [*kept, *(("new", op.sentence, line + i) for i, op in enumerate(added))]
+            text = keep(render_core(new_units))
+            if text in seen:
+                continue
+            seen.add(text)
+            names = [f"add {op.key}" for op in added] + [f"remove {u[0]}" for u in removed]
+            changes = [f"added ({op.key}): {op.sentence}" for op in added] + [
+                f"removed {u[0]}: {u[1]}" for u in removed
+            ]
+            hit = _addressed(
+                tuple(dict.fromkeys(f for op in added for f in op.addresses))
+                + ((wf.NEVER_WRITTEN,) if removed else ()),
+                counts,
+            )
+            edit = f"compound {failure.replace('_', ' ')}: " + " + ".join(names)
+            out.append(Candidate(edit, text, hit, changes))
+        return out
 
     def _slot(self, inputs: EvolveInput) -> tuple[str | None, str | None]:
         """(the slot's fill, why there is none)."""
@@ -406,7 +484,7 @@ class EditsEvolver:
                     stage = "screen" if choice.chosen is not None else "gate"
                     refuse(c, stage, f"scored {shown} on replay, the current prompt {now}")
                 taken = None if choice.chosen is None else chosen[choice.chosen]
-            tried = "; ".join(f"{c.edit} (addresses {_counts(c.addresses)})" for c in chosen)
+            tried = "; ".join(f"{c.shown()} (addresses {_counts(c.addresses)})" for c in chosen)
             notes.append(f"candidates: {tried}")
             if taken is None:
                 step.errors[name] = f"{note}; kept"
