@@ -39,6 +39,17 @@ from memloop.policies.programs import (
 PROGRAM_FILE = "program.json"
 
 
+def writer_adapter(name: str, lm: Any) -> Any:
+    """The DSPy adapter of the `adapter:` option (AWIConfig); two_step extracts with `lm`."""
+    if name == "chat":
+        return dspy.ChatAdapter()
+    if name == "xml":
+        return dspy.XMLAdapter()
+    if name == "two_step":
+        return dspy.TwoStepAdapter(extraction_model=lm)
+    return dspy.JSONAdapter()
+
+
 def normalize_label(label: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", label.strip().lower()).strip("_")
 
@@ -155,7 +166,7 @@ class AWIPolicy(BufferedMemoryPolicy):
             {label: self.facts[label]["value"] for label in sorted(self.facts)}, ensure_ascii=False
         )
         try:
-            with dspy.context(lm=self._lm, adapter=dspy.JSONAdapter()):
+            with dspy.context(lm=self._lm, adapter=writer_adapter(self.config.adapter, self._lm)):
                 prediction = self.program(memory=current, conversation=render_transcript(batch))
         except Exception as exc:
             user_error = unwrap_user_error(exc)

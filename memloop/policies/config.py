@@ -125,8 +125,26 @@ class AWIConfig(_BufferedConfig):
         "call, 'user+edits': and the writer's edits as well",
     )
 
+    adapter: Literal["json", "chat", "xml", "two_step"] = Field(
+        "json",
+        description="how the writer's request and reply are formatted (DSPy's adapters): json "
+        "(a JSON object of edits, the endpoint's JSON-schema constraint when it has one), chat "
+        "(DSPy's field markers, no constraint), xml (fields as XML tags), two_step (the writer "
+        "answers freely, then the same model extracts the edits)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _adapter_when_set(self, handler: Any) -> Any:
+        """The default adapter (json) is left out: the identities of runs made before stay."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("adapter") == "json":
+            data.pop("adapter")
+        return data
+
     def default_name(self) -> str:
         suffix = {"off": "", "user": "-verbatim", "user+edits": "-verbatim-edits"}[self.verbatim]
+        if self.adapter != "json":
+            suffix += f"-{self.adapter.replace('_', '')}"
         return f"awi-{self.update_freq}-{self.short_term_len}{suffix}"
 
 

@@ -129,3 +129,19 @@ def load_policy_config_text(tmp_path, text):
     path = tmp_path / "p.yaml"
     path.write_text(text)
     return load_policy_config(path)
+
+
+def test_the_writer_adapter_option_names_dspys_adapter_and_keeps_old_identities():
+    import dspy
+
+    from memloop.policies.awi import writer_adapter
+    from memloop.policies.config import AWIConfig
+
+    kinds = {n: type(writer_adapter(n, None)) for n in ("json", "chat", "xml")}
+    assert kinds == {"json": dspy.JSONAdapter, "chat": dspy.ChatAdapter, "xml": dspy.XMLAdapter}
+    assert isinstance(writer_adapter("two_step", dspy.LM("openai/x")), dspy.TwoStepAdapter)
+    default = AWIConfig()
+    assert "adapter" not in default.model_dump()  # a run made before the option keeps its key
+    assert AWIConfig(adapter="two_step").model_dump()["adapter"] == "two_step"
+    assert AWIConfig(adapter="two_step").display_name == "awi-2-4-twostep"
+    assert AWIConfig.model_validate(AWIConfig(adapter="xml").model_dump()).adapter == "xml"

@@ -146,3 +146,30 @@ def test_awe_graph_memory_on_the_embedded_model(local_client, tmp_path):
     assert restored.memory_view() == policy.memory_view() != ""
     for p in (policy, restored):
         p.close()
+
+
+def test_the_writer_with_dspys_chat_adapter_on_the_embedded_model(
+    local_client, tmp_path, monkeypatch
+):
+    """`adapter: chat`: the writer's request carries DSPy's field markers and no JSON schema;
+    the model's reply is parsed into edits or counted as a write error, on the real model."""
+    from memloop.policies.config import AWIConfig
+
+    sent: list[tuple[list, object]] = []
+    real_chat = local_client.chat
+
+    def noted(messages, *args, **kwargs):
+        if kwargs.get("component") == "memory":
+            sent.append((messages, kwargs.get("schema")))
+        return real_chat(messages, *args, **kwargs)
+
+    monkeypatch.setattr(local_client, "chat", noted)
+    config = AWIConfig(adapter="chat", update_freq=2, short_term_len=0, reply_max_tokens=16)
+    assert config.display_name == "awi-2-0-chat"
+    policy = build_policy(config, local_client, tmp_path / "work")
+    policy.ingest(PERIOD_1[0], "Nice to meet you.")
+    stats = policy.stats()
+    assert stats["writes"] + stats["write_errors"] == 1  # the writer was asked once
+    ((messages, schema),) = sent
+    assert schema is None
+    assert "[[ ## edits ## ]]" in messages[0]["content"]
