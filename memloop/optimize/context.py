@@ -217,6 +217,7 @@ class RunContext:
             seed=config.seed,
             repeat=repeat,
         )
+        self.check_setting_edits()
         self.key = self.spec.key()
         self.name = f"{self.policy_config.display_name}-{mode}-{evolver}"
         if search.name != "episode":
@@ -227,6 +228,19 @@ class RunContext:
         self.run_dir = config.output_root / f"{safe_name(self.name)}-{self.key[:8]}"
         self.store = CycleStore(self.run_dir)
         self.prompt_registry_name = tracker.prompt_name(config.experiment_name, self.name)
+
+    def check_setting_edits(self) -> None:
+        """Every value of the evolver's `setting_edits` is one the policy takes (one line)."""
+        from memloop.policies.config import apply_params
+
+        edits = getattr(self.evolver_settings(), "setting_edits", None) or {}
+        for key, values in edits.items():
+            for value in values:
+                where = (
+                    f"{self.config.source or 'config'}: key 'settings.{self.evolver_name}."
+                    f"setting_edits.{key}' value {value!r}"
+                )
+                apply_params(self.policy_config, {key: value}, where)
 
     @property
     def train(self) -> list[UserItem]:

@@ -54,6 +54,7 @@ from memloop.optimize.context import (
     role_clients,
     split_users,
 )
+from memloop.policies.config import apply_params
 from memloop.runs import tracker
 from memloop.runs.cycles import OBJECTIVE_SECTION, Confirmation, cost_metrics, headline_values
 from memloop.runs.spec import RunSpec, differences
@@ -289,34 +290,6 @@ def suggest(trial, space: dict[str, Any]) -> dict[str, Any]:
                 key, spec.low, spec.high, step=spec.step, log=spec.log
             )
     return params
-
-
-def apply_params(base: Any, params: dict[str, Any], where: str) -> Any:
-    """`base` (a policy config) with `params` set, validated as its YAML would be.
-
-    A key `a.b` sets `b` inside the mapping `a`. A plug-in's options take any key (the plug-in
-    checks its own); a built-in policy refuses a key or a value its YAML would refuse.
-    """
-    import copy
-
-    from memloop.core.config import parse_model
-    from memloop.policies import PluginConfig
-
-    data = copy.deepcopy(base.options if isinstance(base, PluginConfig) else base.model_dump())
-    for key, value in params.items():
-        if key.split(".")[0] in ("type", "name", "prompts"):
-            raise UserError(f"{where}: {key!r} is not a tunable option")
-        *path, last = key.split(".")
-        target = data
-        for part in path:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise UserError(f"{where}: {key!r}: {part!r} is not a mapping in the policy")
-        target[last] = value
-    if isinstance(base, PluginConfig):
-        return base.model_copy(update={"options": data, "name": None})
-    data["name"] = None
-    return parse_model(type(base), data, where)
 
 
 def _same(setting: tuple) -> tuple:

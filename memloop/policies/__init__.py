@@ -84,7 +84,15 @@ def build_policy(
     `prompts:`, which replace the defaults first).
     """
     from memloop.policies import registry
+    from memloop.policies.config import SETTINGS_KEY, apply_params, split_settings
 
+    # a prompts dict may carry settings (SETTINGS_KEY): they set the config's options first
+    own = getattr(config, "prompts", None) or {}
+    prompts, settings = split_settings({**own, **(prompts or {})})
+    if SETTINGS_KEY in own:
+        config = config.model_copy(update={"prompts": split_settings(own)[0] or None})
+    if settings:
+        config = apply_params(config, settings, f"policy settings {settings}")
     if isinstance(config, PluginConfig):
         where = f"policy {config.type!r}"
         cls = registry.plugin_class(config)
@@ -107,7 +115,6 @@ def build_policy(
         policy = cls(config, client, workdir)
     else:
         raise TypeError(f"not a policy config: {config!r}")
-    prompts = {**(getattr(config, "prompts", None) or {}), **(prompts or {})}
     if prompts:
         from memloop.core.plugins import call  # a plug-in's exception: one line naming it
 

@@ -302,3 +302,69 @@ def load_policy_config(path: str | Path) -> AnyPolicyConfig:
     """Read a policy YAML file (memloop/experiments/policies/*.yaml, or a plug-in's)."""
     path = Path(path)
     return parse_policy_config(load_yaml_mapping(path), str(path), base_dir=path.parent)
+
+
+def apply_params(base: Any, params: dict[str, Any], where: str) -> Any:
+    """`base` (a policy config) with `params` set, validated as its YAML would be.
+
+    A key `a.b` sets `b` inside the mapping `a`. A plug-in's options take any key (the plug-in
+    checks its own); a built-in policy refuses a key or a value its YAML would refuse.
+    """
+    import copy
+
+    data = copy.deepcopy(base.options if isinstance(base, PluginConfig) else base.model_dump())
+    for key, value in params.items():
+        if key.split(".")[0] in ("type", "name", "prompts"):
+            raise UserError(f"{where}: {key!r} is not a tunable option")
+        *path, last = key.split(".")
+        target = data
+        for part in path:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise UserError(f"{where}: {key!r}: {part!r} is not a mapping in the policy")
+        target[last] = value
+    if isinstance(base, PluginConfig):
+        return base.model_copy(update={"options": data, "name": None})
+    data["name"] = None
+    return parse_model(type(base), data, where)
+
+
+SETTINGS_KEY = "@settings"
+"""The key of a prompts dict that holds policy settings, not a predictor's text.
+
+A setting edit (optimize/evolvers/edits.py `setting_edits`) changes an option that shapes writing
+(e.g. `verbatim`, `adapter`) the way a prompt edit changes a sentence: as one more text of the
+prompts a cycle evaluates, registers and exports, one `key: value` line each (YAML).
+`build_policy` applies it to the policy's config; no predictor can have this name."""
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """Settings as their prompts text: one `key: value` line each, sorted."""
+    import yaml
+
+    return "".join(
+        yaml.safe_dump({k: settings[k]}, default_flow_style=True, width=10_000).strip("{}\n") + "\n"
+        for k in sorted(settings)
+    ).strip()
+
+
+def parse_settings(text: str, where: str) -> dict[str, Any]:
+    """The settings a SETTINGS_KEY text holds (one line per `key: value`)."""
+    import yaml
+
+    if not text.strip():
+        return {}
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{where}: {SETTINGS_KEY} is not `key: value` lines ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise UserError(f"{where}: {SETTINGS_KEY} is not `key: value` lines")
+    return data
+
+
+def split_settings(prompts: dict[str, str] | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(the predictors' texts, the settings) of a prompts dict."""
+    texts = dict(prompts or {})
+    text = texts.pop(SETTINGS_KEY, "")
+    return texts, parse_settings(text, "prompts")

@@ -42,6 +42,7 @@ from memloop.core.files import (
     refuse_foreign_file,
 )
 from memloop.feedback.objective import LEGACY_OBJECTIVE
+from memloop.policies.config import SETTINGS_KEY
 from memloop.policies.prompt_files import MEM0_KEYS
 from memloop.policies.prompt_files import render_text as render_prompt_text
 from memloop.runs.cycles import Confirmation, CycleRecord, load_confirmation, select_cycle
@@ -434,6 +435,13 @@ def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
     refuse_foreign_file(out, "--out", is_export, EXPORT_MARK)
     if fmt == "dspy":
         refuse_foreign_file(_source_of(out), "--out", _is_source_file, EXPORT_MARK)
+    if fmt != "text" and SETTINGS_KEY in exported.prompts:
+        raise UserError(
+            f"--format {fmt}: cycle {exported.cycle}'s prompts carry policy settings "
+            f"({' '.join(exported.prompts[SETTINGS_KEY].split())}), which a "
+            f"{'DSPy program' if fmt == 'dspy' else 'mem0 config'} cannot hold; --format text "
+            "keeps them (a policy YAML's prompts_from: applies them)"
+        )
     interrupt.check()  # the last moment to stop with nothing written
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "text":

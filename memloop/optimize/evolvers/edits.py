@@ -56,6 +56,7 @@ from memloop.optimize.evolvers.examples import (
 )
 from memloop.optimize.evolvers.playbook import core_units, render_core
 from memloop.optimize.replay_score import ScreenTakes, screen_takes_field
+from memloop.policies.config import SETTINGS_KEY, parse_settings, settings_text
 
 # a sentence that limits what is written: a prohibition, or a cap on the labels (the evidence
 # run's seed "Write one label, topic, ..." was never screened for removal before this)
@@ -165,7 +166,22 @@ class EditsSettings(BaseModel):
     )
     examples_seed: int = Field(0, description="the seed the worked examples are drawn with")
     screen_takes: ScreenTakes = screen_takes_field()
+    setting_edits: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="policy options the evolver may also change, each with the values to try "
+        "(e.g. {verbatim: [user, user+edits], adapter: [chat]}): a setting edit is screened "
+        "and recorded like a sentence edit (policies/config.py SETTINGS_KEY); checked against "
+        "the policy before the run starts",
+    )
 
+
+SETTING_FAILURES: dict[str, tuple[str, ...]] = {
+    # storing each user message as said: nothing the user said goes unwritten, no assistant words
+    "verbatim": (wf.NEVER_WRITTEN, wf.ASSISTANT_WORDS, wf.UPDATE_LOST),
+    "short_term_len": (wf.NEVER_WRITTEN,),
+    "update_freq": (wf.NEVER_WRITTEN,),
+}
+"""The named failures each setting edit addresses (others: none; ranked after those that do)."""
 
 EXAMPLE_FAILURES = (wf.ASSISTANT_WORDS, wf.UPDATE_LOST, wf.COLLISION, wf.NEVER_WRITTEN)
 """The named failures the worked examples show the way out of (optimize/evolvers/examples.py)."""
@@ -320,6 +336,24 @@ class EditsEvolver:
         out.sort(key=lambda x: (x[0], x[1]))
         return [c for _, _, c in out]
 
+    def setting_candidates(self, text: str, counts: dict[str, int]) -> list[Candidate]:
+        """Every setting edit of `setting_edits` away from the current settings `text`."""
+        current = parse_settings(text, "settings")
+        out: list[tuple[int, int, Candidate]] = []
+        for rank, (key, values) in enumerate(self.settings.setting_edits.items()):
+            for value in values:
+                if key in current and current[key] == value:
+                    continue
+                was = repr(current[key]) if key in current else "the policy's own"
+                new = settings_text({**current, key: value})
+                hit = _addressed(SETTING_FAILURES.get(key, ()), counts)
+                cand = Candidate(
+                    f"set {key}: {value}", new, hit, [f"set {key}: {value} (was {was})"]
+                )
+                out.append((-sum(hit.values()), rank, cand))
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [c for _, _, c in out]
+
     @staticmethod
     def compounds(units: list[Any], counts: dict[str, int], keep: Any) -> list[Candidate]:
         """Per named failure found (most wrong pairs first), the edits that address it together.
@@ -427,7 +461,15 @@ class EditsEvolver:
                 slot_fill, slot_problem = None, f"slot fill refused ({stage}: {problem})"
         screened_tokens, screened_cost = 0, None
         found = _counts(counts)
-        for name, text in sorted(inputs.prompts.items()):
+        work = [
+            (name, text, self.candidates(name, text, counts, slot_fill))
+            for name, text in sorted(inputs.prompts.items())
+            if name != SETTINGS_KEY
+        ]
+        if self.settings.setting_edits:
+            now = inputs.prompts.get(SETTINGS_KEY, "")
+            work.append((SETTINGS_KEY, now, self.setting_candidates(now, counts)))
+        for name, text, proposed in work:
             notes = [f"named failures: {found}"]
             if slot_problem:
                 notes.append(slot_problem)
@@ -437,13 +479,17 @@ class EditsEvolver:
             def refuse(c: Candidate, stage: str, reason: str, name: str = name) -> None:
                 step.rejected.append(refusal(name, c.edit, json_sha256(c.text), stage, reason))
 
-            for cand in self.candidates(name, text, counts, slot_fill):
+            for cand in proposed:
                 if len(chosen) >= self.settings.candidates:
                     break
                 if (name, json_sha256(cand.text)) in tabu:
                     skipped_tabu += 1
                     continue
-                problem = validate_edit(cand.text, text, request, self.settings.max_words)
+                problem = (
+                    None  # settings: memloop's own text, checked against the policy at start
+                    if name == SETTINGS_KEY
+                    else validate_edit(cand.text, text, request, self.settings.max_words)
+                )
                 if problem:
                     refuse(cand, "validator", problem)
                     continue
@@ -490,7 +536,7 @@ class EditsEvolver:
                 step.errors[name] = f"{note}; kept"
                 step.changes[name] = [*notes, note]
                 continue
-            step.prompts[name] = taken.text
+            step.prompts[name] = taken.text  # a setting edit: the prompts' SETTINGS_KEY text
             step.changes[name] = [
                 *notes,
                 f"chose {taken.edit} (addresses {_counts(taken.addresses)})",
