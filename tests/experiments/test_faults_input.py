@@ -359,7 +359,9 @@ def run_folder(root: Path) -> Path:
 def test_evolve_prints_an_experiment_name_with_its_control_characters_escaped(evolved):
     _, out, err = evolved
     shown = f"{EVIL_SHOWN}\\nline"
-    assert out.startswith(f"== {shown}: feedback=complete evolver=reflective search=episode\n")
+    first, rest = out.split("\n", 1)
+    assert first.startswith("this experiment cannot decide: ")
+    assert rest.startswith(f"== {shown}: feedback=complete evolver=reflective search=episode\n")
     assert f"\nexperiment {shown} (MLflow:" in out  # then the store, maybe on the next line
     assert f"\n  memloop compare --experiment {shown} --tracking-uri sqlite:///" in out
     for raw in ("\u202e", "\x1b"):
