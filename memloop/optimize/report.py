@@ -84,14 +84,14 @@ def say(text: str, indent: str = "  ") -> None:
 
 
 def selection_line(outcome: Any) -> str:
+    from memloop.core.stats import decision_text
+
     selection = outcome.selection
     if selection is None:
         return "no finished cycle"
     value = "" if selection.val_objective is None else f" = {selection.val_objective:.3f}"
     line = f"cycle {selection.cycle} stands for the run ({selection.rule}{value})"
     if selection.gate is not None:
-        from memloop.core.stats import decision_text
-
         users = "confirmation" if selection.gate.get("split") == "confirm" else "validation"
         line += (
             f"; the gate on {users} users, cycle {selection.candidate} - seed: "

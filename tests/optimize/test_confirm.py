@@ -224,6 +224,16 @@ def test_the_null_control_scores_the_reworded_seed_by_the_same_rule(tmp_path, mo
     assert "; null control (the seed reworded" in selection_line(outcome)
 
 
+def test_the_null_control_runs_and_prints_when_the_candidate_is_the_seed(tmp_path, fake):
+    from memloop.optimize.report import selection_line
+
+    _, (outcome,) = run(tmp_path, fake, evolvers=["none"], null_control=True)
+    assert outcome.confirmation.verdict == "identical to the seed"
+    assert outcome.confirmation.null["gate"]["n"] == 4
+    line = selection_line(outcome)
+    assert "is the seed" in line and "; null control (the seed reworded" in line
+
+
 def test_a_null_control_needs_confirmation_users(tmp_path):
     from memloop.core.errors import UserError
 
