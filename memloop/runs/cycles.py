@@ -8,8 +8,9 @@ A cycle evaluates one set of prompts on up to three user splits:
 
 `select_cycle` is the only place a run picks a cycle (the registry alias `best`, compare's
 headline): it reads validation metrics and nothing else, so a test user's result cannot change a
-selection (tests/optimize/test_optimize_splits.py poisons the test users to show it). It keeps the seed
-(cycle 0) unless the gate (core/stats.py) says the best validation cycle `improved` on it.
+selection (tests/optimize/test_optimize_splits.py poisons the test users to show it). It keeps the
+seed (cycle 0) unless the gate (core/stats.py) says the best validation cycle `improved` on it,
+or, in a run with confirmation users, unless their one decision does (optimize/confirm.py).
 """
 
 from __future__ import annotations
@@ -62,11 +63,13 @@ def objective_curves(record: CycleRecord, objective: str) -> dict[str, float | N
 
 
 def headline_values(values: dict[str, float | None]) -> dict[str, str]:
-    """`headline.test_<metric>` -> its text (4 significant digits, `n/a` where undefined): a
-    run's test numbers as MLflow params or tags (evolve, eval and tune write them alike)."""
-    return {
-        f"headline.test_{k}": "n/a" if v is None else f"{v:.4g}" for k, v in values.items()
-    }
+    """`headline.test_<metric>` -> its text (4 significant digits, `n/a` where undefined).
+
+    A run's test numbers as MLflow params or tags (evolve, eval and tune write them alike).
+    """
+    return {f"headline.test_{k}": "n/a" if v is None else f"{v:.4g}" for k, v in values.items()}
+
+
 Split = Literal["train", "val", "test"]
 SELECTION_SPLIT: Split = "val"
 

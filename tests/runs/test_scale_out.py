@@ -18,8 +18,8 @@ import yaml
 
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 from memloop.testing.commands import tune_worker
-from memloop.testing.servers import MlflowServer, PostgresServer
 from memloop.testing.paths import REPO
+from memloop.testing.servers import MlflowServer, PostgresServer
 
 pytestmark = pytest.mark.scaleout
 

@@ -27,7 +27,6 @@ from memloop.runs.traces import episode_traces, user_traces
 from memloop.testing import FakeOpenAIServer, ScriptedPolicy
 from memloop.testing.load import busy_cores
 
-
 pytestmark = pytest.mark.usefixtures("traces_on")  # the suite logs none (conftest)
 
 
@@ -344,7 +343,7 @@ def test_mlflow_derives_from_a_root_span_exactly_the_previews_memloop_computes(t
 
 
 def previews_in_a_fresh_store(root: Path, traces) -> dict[str, tuple[str, str]]:
-    """Log `traces` into a new sqlite store under `root`: each trace's (request, response) by key."""
+    """Log `traces` into a new sqlite store under `root`: each trace's previews by its key."""
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
     mlc = tracker.client(uri)
     exp = tracker.experiment_id(mlc, "traces", uri)
