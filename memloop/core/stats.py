@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -544,7 +544,7 @@ class TwoLooks:
         result = gate(diffs, alpha=self.first_level)
         if result.verdict not in (Verdict.IMPROVED, Verdict.DEGRADED):
             return None
-        return replace_result(result, look=1, looks=2, p_sequential=result.paired.sign_flip_p)
+        return replace(result, look=1, looks=2, p_sequential=result.paired.sign_flip_p)
 
     def look_two(
         self, first: list[float], rest: list[float], *, draws: int = MONTE_CARLO_DRAWS
@@ -565,7 +565,7 @@ class TwoLooks:
                 verdict = Verdict.IMPROVED if mean > 0 else Verdict.DEGRADED
             else:
                 verdict = Verdict.INCONCLUSIVE
-        return replace_result(result, verdict=verdict, look=2, looks=2, p_sequential=p)
+        return replace(result, verdict=verdict, look=2, looks=2, p_sequential=p)
 
     def sequential_p(
         self,
@@ -605,10 +605,3 @@ class TwoLooks:
             return float(np.mean(np.where(stops, 1.0, np.minimum(far, 1.0))))
         hits = int(np.sum(stops | (np.abs(s1 + s2) >= observed - slack)))
         return (1 + hits) / (1 + draws)
-
-
-def replace_result(result: GateResult, **changes: Any) -> GateResult:
-    """`result` with `changes` (a frozen dataclass's copy)."""
-    from dataclasses import replace
-
-    return replace(result, **changes)

@@ -41,6 +41,7 @@ from memloop.runs.cycles import (
     Confirmation,
     CycleRecord,
     load_confirmation,
+    per_user_values,
 )
 
 if TYPE_CHECKING:
@@ -109,14 +110,14 @@ def confirm(ctx: RunContext, records: list[CycleRecord]) -> Confirmation | None:
     k = declare(records, rule, objective)
     prompts = ctx.store.saved_prompts(k) or ctx.initial_prompts
     seed = ctx.store.saved_prompts(SEED_CYCLE) or ctx.initial_prompts
-    declared = {
+    base = {
         "candidate": k,
         "rule": RULES[rule],
-        "prompts_sha256": json_sha256(prompts),
+        "objective": objective,
         "users": [u.id for u in users],
         "looks": ctx.config.confirm_looks,
-        "objective": objective,
     }
+    declared = {**base, "prompts_sha256": json_sha256(prompts)}
     path = folder / DECLARED
     if path.is_file():
         before = json.loads(path.read_text())
@@ -129,13 +130,6 @@ def confirm(ctx: RunContext, records: list[CycleRecord]) -> Confirmation | None:
     else:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, declared)
-    base = {
-        "candidate": k,
-        "rule": RULES[rule],
-        "objective": objective,
-        "users": [u.id for u in users],
-        "looks": ctx.config.confirm_looks,
-    }
     null = _null_control(ctx, users, seed, folder, objective) if ctx.config.null_control else None
     if json_sha256(prompts) == json_sha256(seed):
         result = Confirmation(**base, verdict=Confirmation.IDENTICAL, null=null)
@@ -272,11 +266,5 @@ def _scores(
             label=f"{ctx.condition_label} confirmation: {folder}",
             group=CONFIRM_SPLIT,
         )
-        values.append(per_user_values(result.metrics, objective))
+        values.append(per_user_values(result.metrics.get("per_user", {}), objective))
     return values[0], values[1]
-
-
-def per_user_values(metrics: dict[str, Any], objective: str) -> dict[str, float]:
-    """{user: `objective`} of an evaluation's metrics.json (users where it is defined)."""
-    rows = metrics.get("per_user", {})
-    return {u: row[objective] for u, row in rows.items() if row.get(objective) is not None}

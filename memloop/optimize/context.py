@@ -452,10 +452,6 @@ class RunContext:
                 self.check_no_leak(record)
                 versions[record.cycle] = self.log_cycle(mlc, run_id, record)
                 outcome.cycles.append(record)
-        except BaseException:
-            tracker.finish_run(mlc, run_id, "KILLED")
-            raise
-        try:
             confirmation = confirm.confirm(self, outcome.cycles)
         except BaseException:
             tracker.finish_run(mlc, run_id, "KILLED")
@@ -552,9 +548,8 @@ class RunContext:
         )
         if gate:
             detectable = gate.get("detectable")
-            users = "confirmation" if gate.get("split") == CONFIRM_SPLIT else "validation"
             tags["memloop.gate"] = (
-                f"cycle {chosen.candidate} vs seed on {gate['n']} {users} users: "
+                f"cycle {chosen.candidate} vs seed on {gate['n']} {chosen.gate_users} users: "
                 f"{gate['verdict']}, mean {gate['mean']:+.3f}, p {gate['sign_flip_p']:.3g}, "
                 f"level {gate['level']:.3g}, detectable effect "
                 + ("n/a" if detectable is None else f"{detectable:.3f}")

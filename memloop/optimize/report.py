@@ -92,9 +92,8 @@ def selection_line(outcome: Any) -> str:
     value = "" if selection.val_objective is None else f" = {selection.val_objective:.3f}"
     line = f"cycle {selection.cycle} stands for the run ({selection.rule}{value})"
     if selection.gate is not None:
-        users = "confirmation" if selection.gate.get("split") == "confirm" else "validation"
         line += (
-            f"; the gate on {users} users, cycle {selection.candidate} - seed: "
+            f"; the gate on {selection.gate_users} users, cycle {selection.candidate} - seed: "
             f"{decision_text(selection.gate)}"
         )
     null = getattr(getattr(outcome, "confirmation", None), "null", None)

@@ -494,8 +494,8 @@ class Tuner:
         grown later may name another best trial: it is declared and decided in its own folder,
         and the output counts the decisions these users have made.
         """
-        from memloop.optimize.confirm import decide, per_user_values
-        from memloop.runs.cycles import CONFIRM_DECISION, CONFIRM_SPLIT
+        from memloop.optimize.confirm import decide
+        from memloop.runs.cycles import CONFIRM_DECISION, CONFIRM_SPLIT, per_user_values
 
         users = self.users.get(CONFIRM_SPLIT) or []
         if not users:
@@ -526,7 +526,7 @@ class Tuner:
             out = []
             for name, setting in (("defaults", {}), ("best", params)):
                 result = self.evaluate(CONFIRM_SPLIT, setting, users=part, out=folder / look / name)
-                out.append(per_user_values(result.metrics, objective))
+                out.append(per_user_values(result.metrics.get("per_user", {}), objective))
             return out[0], out[1]
 
         decision, s1, c1 = decide(users, scores, self.config.confirm_looks)

@@ -84,13 +84,12 @@ def build_policy(
     `prompts:`, which replace the defaults first).
     """
     from memloop.policies import registry
-    from memloop.policies.config import SETTINGS_KEY, apply_params, split_settings
+    from memloop.policies.config import apply_params, split_settings, with_prompt_settings
 
-    # a prompts dict may carry settings (SETTINGS_KEY): they set the config's options first
-    own = getattr(config, "prompts", None) or {}
-    prompts, settings = split_settings({**own, **(prompts or {})})
-    if SETTINGS_KEY in own:
-        config = config.model_copy(update={"prompts": split_settings(own)[0] or None})
+    # prompts may carry settings (SETTINGS_KEY): the config's own, then `prompts`' set its options
+    config = with_prompt_settings(config, "policy")
+    texts, settings = split_settings(prompts)
+    prompts = {**(getattr(config, "prompts", None) or {}), **texts}
     if settings:
         config = apply_params(config, settings, f"policy settings {settings}")
     if isinstance(config, PluginConfig):

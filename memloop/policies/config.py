@@ -368,3 +368,19 @@ def split_settings(prompts: dict[str, str] | None) -> tuple[dict[str, str], dict
     texts = dict(prompts or {})
     text = texts.pop(SETTINGS_KEY, "")
     return texts, parse_settings(text, "prompts")
+
+
+def with_prompt_settings(config: Any, where: str) -> Any:
+    """`config` with the settings its prompts carry (SETTINGS_KEY) applied to its options.
+
+    A prompt file or registry version from a run whose setting edits were taken holds them
+    beside the predictors' texts; the policy then runs, and is named, with those options.
+    """
+    prompts = getattr(config, "prompts", None) or {}
+    if SETTINGS_KEY not in prompts:
+        return config
+    texts, settings = split_settings(prompts)
+    name = getattr(config, "name", None)  # a name the YAML gave stays
+    config = config.model_copy(update={"prompts": texts or None})
+    config = apply_params(config, settings, f"{where}: the prompts' {SETTINGS_KEY}")
+    return config.model_copy(update={"name": name}) if name else config

@@ -29,6 +29,7 @@ from memloop.runs.cycles import (
     Confirmation,
     CycleRecord,
     Selection,
+    per_user_values,
     select_cycle,
 )
 from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_params
@@ -146,9 +147,7 @@ def prompt_hashes(mlc, run_id: str, cycles: set[int]) -> dict[int, str]:
 def user_scores(record: CycleRecord, split: str, metric: str = "memory_score") -> dict[str, float]:
     """{user: `metric`} on `split` for the users where it is defined."""
     result = record.splits.get(split)  # type: ignore[call-overload]
-    if result is None:
-        return {}
-    return {u: v[metric] for u, v in result.per_user.items() if v.get(metric) is not None}
+    return {} if result is None else per_user_values(result.per_user, metric)
 
 
 def headline_split(records: list[CycleRecord]) -> str:

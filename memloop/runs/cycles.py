@@ -255,13 +255,25 @@ class Selection(BaseModel):
     def kept_seed(self) -> bool:
         return self.cycle == SEED_CYCLE
 
+    @property
+    def gate_users(self) -> str:
+        """Whose users the gate decided on: `confirmation` or `validation`."""
+        split = (self.gate or {}).get("split")
+        return "confirmation" if split == CONFIRM_SPLIT else "validation"
+
+
+def per_user_values(per_user: dict[str, dict[str, Any]], metric: str) -> dict[str, float]:
+    """{user: `metric`} of a per-user table, for the users where it is defined.
+
+    The table is metrics.json's `per_user` or a split's (`SplitResult.per_user`).
+    """
+    return {u: row[metric] for u, row in per_user.items() if row.get(metric) is not None}
+
 
 def val_per_user(record: CycleRecord, objective: str) -> dict[str, float]:
     """{validation user: value of `objective`} of one cycle (users without a value left out)."""
     result = record.splits.get(SELECTION_SPLIT)
-    if result is None:
-        return {}
-    return {u: v[objective] for u, v in result.per_user.items() if v.get(objective) is not None}
+    return {} if result is None else per_user_values(result.per_user, objective)
 
 
 CONFIRM_SPLIT = "confirm"  # fresh users the loop never reads: one decision at the end

@@ -58,6 +58,7 @@ def load_policy(
     from memloop.core.config import load_yaml_mapping
     from memloop.environment.policy_check import missing_members
     from memloop.policies import PluginConfig, parse_policy_config, registry
+    from memloop.policies.config import with_prompt_settings
 
     path = Path(path)
     data = load_yaml_mapping(path)
@@ -69,7 +70,7 @@ def load_policy(
         data = {**data, "prompts": prompts_from(data, path, tracking_uri)}
         del data["prompts_from"]
     config = parse_policy_config(data, str(path), base_dir=path.parent)
-    config = with_prompt_settings(config, str(path))
+    config = with_prompt_settings(config, str(path))  # settings a prompt file carries
     if users is not None and not accept:
         check_starting_prompts(getattr(config, "prompts", None), users, f"{path}: key {key!r}")
     if isinstance(config, PluginConfig):
@@ -81,24 +82,6 @@ def load_policy(
                 f"{', '.join(missing)} (memloop policy check {path} lists every promise)"
             )
     return config
-
-
-def with_prompt_settings(config: Any, where: str) -> Any:
-    """`config` with the settings its prompts carry (SETTINGS_KEY) applied to its options.
-
-    A prompt file or registry version from a run whose setting edits were taken holds them
-    beside the predictors' texts; the policy then runs, and is named, with those options.
-    """
-    from memloop.policies.config import SETTINGS_KEY, apply_params, split_settings
-
-    prompts = getattr(config, "prompts", None) or {}
-    if SETTINGS_KEY not in prompts:
-        return config
-    texts, settings = split_settings(prompts)
-    name = getattr(config, "name", None)  # a name the YAML gave stays
-    config = config.model_copy(update={"prompts": texts or None})
-    config = apply_params(config, settings, f"{where}: the prompts' {SETTINGS_KEY}")
-    return config.model_copy(update={"name": name}) if name else config
 
 
 def check_starting_prompts(
