@@ -253,9 +253,9 @@ def _guarded(
     """`screen`, except that a candidate naming a private value is refused, not replayed."""
     from memloop.optimize.replay_score import Screening
 
-    def guarded(candidate: dict[str, str]) -> Any:
+    def guarded(candidate: dict[str, str], **options: Any) -> Any:
         if any(check.reject(t, current.get(n, "")) for n, t in candidate.items()):
             return Screening(state_accuracy=None, pairs=0, tokens=0, requests=0)
-        return screen(candidate)
+        return screen(candidate, **options)
 
     return guarded

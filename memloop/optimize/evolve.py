@@ -94,6 +94,29 @@ def cannot_decide(config: EvolveConfig) -> str | None:
     )
 
 
+def screen_cannot_decide(config: EvolveConfig) -> str | None:
+    """Why the edits evolver's replay screen can never say `improved`, or None when it can.
+
+    Its gate tests the best of `candidates` edits at ALPHA / candidates on the training users
+    (core/stats.min_users: 8 users for 5 candidates); below that a step is an exploration step
+    at most (`screen_takes: explore`), never a decision.
+    """
+    from memloop.core.stats import ALPHA, min_users
+    from memloop.optimize.evolvers.edits import EditsSettings
+
+    if "edits" not in config.evolvers:
+        return None
+    candidates = EditsSettings(**config.settings.get("edits", {})).candidates
+    need = min_users(ALPHA / candidates)
+    have = config.environment.train_users
+    if have >= need:
+        return None
+    return (
+        f"{have} training user(s), and the gate needs {need} to choose among {candidates} "
+        "candidate edits"
+    )
+
+
 def run_evolve(
     config: EvolveConfig,
     *,
@@ -145,6 +168,13 @@ def run_evolve(
         print(
             f"this experiment cannot decide: {reason}; whatever it finds, the seed stands "
             "(environment.confirm_users: 26 fresh users detect +0.03 state_prob at 90% power)",
+            flush=True,
+        )
+    screen = screen_cannot_decide(config)
+    if screen is not None:
+        print(
+            f"the edits evolver's screen cannot decide: {screen}; its steps are exploration "
+            "steps at most",
             flush=True,
         )
     outcomes = []

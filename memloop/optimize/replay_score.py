@@ -141,16 +141,58 @@ class ScreenChoice:
     decision: dict | None = None  # the gate log entry (runs/gate_log.py), None without a gate
     scores: list[float | None] = field(default_factory=list)  # per option
     current: float | None = None  # the current prompt's score
+    # successive halving: the options dropped at the first rung (screened on the first half of
+    # the users only; `scores` then holds their score there) and the current prompt's on it
+    halved: list[int] = field(default_factory=list)
+    current_half: float | None = None
+
+
+Screen = Callable[..., Screening]
+"""A replay screen: `screen(prompts)` on every training user, `screen(prompts, users=n)` on the
+first n of them (the same folders: a later screen on every user replays only the others)."""
+
+
+def _mean_gain(result: Screening, current: dict[str, float]) -> float | None:
+    """The mean paired difference of `result` over the current prompt on their common users."""
+    mine = _by_user(result)
+    common = [u for u in mine if u in current]
+    return sum(mine[u] - current[u] for u in common) / len(common) if common else None
+
+
+def first_rung(
+    name: str,
+    base: dict[str, str],
+    options: list[str],
+    screen: Screen,
+    current: Screening,
+    budget: int,
+) -> tuple[list[int], dict[int, Screening], float | None]:
+    """Successive halving's first rung: every option on the first half of the users.
+
+    Returns the indices of the `budget` options with the largest mean paired gain over the
+    current prompt there (ties: the earlier option), every option's screening on the half, and
+    the current prompt's score on the half.
+    """
+    users = _by_user(current)
+    half = len(users) // 2
+    halves = {i: screen({**base, name: option}, users=half) for i, option in enumerate(options)}
+    screened = {u for r in halves.values() for u in r.by_user}
+    on_half = {u: v for u, v in users.items() if u in screened}
+    gains = {i: _mean_gain(r, users) for i, r in halves.items()}
+    ranked = sorted(halves, key=lambda i: (gains[i] is None, -(gains[i] or 0.0), i))
+    now = sum(on_half.values()) / len(on_half) if on_half else None
+    return sorted(ranked[:budget]), halves, now
 
 
 def screen_options(
     name: str,
     base: dict[str, str],
     options: list[str],
-    screen: Callable[[dict[str, str]], Screening],
+    screen: Screen,
     *,
     cycle: int = 0,
     takes: str = "explore",
+    budget: int | None = None,
 ) -> ScreenChoice:
     """Replay each option for predictor `name` and the current prompts; the gate decides.
 
@@ -160,6 +202,12 @@ def screen_options(
     options). It is taken when the gate says `improved`; with `takes="explore"` also when it
     scores above the current prompt and the gate does not say `degraded` (an exploration step,
     so noted).
+
+    Successive halving: with more options than `budget` (and at least 4 users), every option
+    is first screened on the first half of the users and only the `budget` with the largest
+    mean gain there go on to every user. The gate still divides its level by the number of
+    options proposed, not of those left: the union bound over every option holds whatever
+    chose the survivors, so the screen's false-accept rate stays at most ALPHA.
     """
     from memloop.core.stats import Verdict, gate_of
     from memloop.llm.usage import add_costs
@@ -169,23 +217,45 @@ def screen_options(
         return ScreenChoice(None, "")
     current = screen(base)
     tokens, cost = current.tokens, current.cost_usd
-    results = []
-    for candidate in options:
-        result = screen({**base, name: candidate})
+    out = ScreenChoice(None, "", 0, None, None, [], _score(current))
+    going_on = list(range(len(options)))
+    results: dict[int, Screening] = {}
+    rung = ""
+    if budget is not None and len(options) > budget and len(_by_user(current)) >= 4:
+        going_on, halves, out.current_half = first_rung(
+            name, base, options, screen, current, budget
+        )
+        for result in halves.values():
+            tokens += result.tokens
+            cost = add_costs(cost, result.cost_usd)
+        out.halved = [i for i in halves if i not in going_on]
+        results.update({i: halves[i] for i in out.halved})
+        rung = (
+            f"first rung on {len(_by_user(current)) // 2} users: "
+            f"{len(going_on)} of {len(options)} candidates go on; "
+        )
+    for i in going_on:
+        result = screen({**base, name: options[i]})
         tokens += result.tokens
         cost = add_costs(cost, result.cost_usd)
-        results.append(result)
-    scores = [_score(r) for r in results]
-    now = _score(current)
-    shown = ", ".join("n/a" if s is None else f"{s:.3f}" for s in scores)
+        results[i] = result
+    out.tokens, out.cost_usd = tokens, cost
+    out.scores = [_score(results[i]) for i in range(len(options))]
+    now = out.current
+    shown = ", ".join(
+        ("n/a" if out.scores[i] is None else f"{out.scores[i]:.3f}")
+        + ("*" if i in out.halved else "")
+        for i in range(len(options))
+    )
+    if out.halved:
+        shown += " (*: half the users)"
     said_now = "n/a" if now is None else f"{now:.3f}"
-    out = ScreenChoice(None, "", tokens, cost, None, scores, now)
-    defined = [i for i, s in enumerate(scores) if s is not None]
+    defined = [i for i in going_on if out.scores[i] is not None]
     if not defined or now is None:
-        out.chosen = 0
-        out.note = f"replay screen undefined ({shown} vs {said_now}); took the first"
+        out.chosen = going_on[0]
+        out.note = f"{rung}replay screen undefined ({shown} vs {said_now}); took the first"
         return out
-    best = max(defined, key=lambda i: scores[i])  # type: ignore[arg-type,return-value]
+    best = max(defined, key=lambda i: out.scores[i])  # type: ignore[arg-type,return-value]
     decision = gate_of(_by_user(results[best]), _by_user(current), comparisons=len(options))
     mine = set(_by_user(results[best])) & set(_by_user(current))
     out.decision = gate_log.entry(
@@ -194,11 +264,11 @@ def screen_options(
         sorted(mine),
         decision.to_dict(),
     )
-    said = f"replay screen {shown} vs current {said_now}: gate {decision.verdict.value}"
+    said = f"{rung}replay screen {shown} vs current {said_now}: gate {decision.verdict.value}"
     if decision.verdict is Verdict.IMPROVED:
         out.chosen, out.note = best, f"{said}; taken (improved)"
     elif (
-        takes == "explore" and decision.verdict is not Verdict.DEGRADED and scores[best] > now  # type: ignore[operator]
+        takes == "explore" and decision.verdict is not Verdict.DEGRADED and out.scores[best] > now  # type: ignore[operator]
     ):
         out.chosen, out.note = best, f"{said}; taken as an exploration step (not shown better)"
     else:

@@ -138,15 +138,18 @@ def scripted_screen(values: list[dict[str, float]]) -> tuple[Any, list[str]]:
     """(a replay screen, the `writer` prompts it saw): call i answers {user: score} values[i].
 
     The current prompt is screened first, then each candidate; past the list the last answer
-    repeats. Each answer is a `replay_score.Screening` of 100 tokens, without letter reads.
+    repeats; `screen(prompts, users=n)` answers the first n users of the call's values. Each
+    answer is a `replay_score.Screening` of 100 tokens, without letter reads.
     """
     from memloop.optimize.replay_score import Screening
 
     seen: list[str] = []
 
-    def screen(prompts: dict[str, str]) -> Any:
+    def screen(prompts: dict[str, str], users: int | None = None) -> Any:
         seen.append(prompts["writer"])
         by_user = values[min(len(seen), len(values)) - 1]
+        if users:  # the first `users` users, as the episode search's screen
+            by_user = dict(list(by_user.items())[:users])
         return Screening(
             state_accuracy=sum(by_user.values()) / len(by_user),
             pairs=len(by_user),

@@ -272,3 +272,24 @@ def test_an_experiment_says_when_no_outcome_can_pass_the_gate(tmp_path):
     quick = shipped / "quickstart.yaml"
     assert cannot_decide(load_config(quick, EvolveConfig)) is not None
     assert "# Can it decide? No" in quick.read_text()
+
+
+def test_an_experiment_says_when_the_edits_screen_cannot_decide(tmp_path):
+    from memloop.optimize.evolve import screen_cannot_decide
+
+    def reason(train, **edits):
+        path = write_small_evolve(
+            tmp_path, "s", (train, 1, 1), evolvers=["edits"], settings={"edits": edits}
+        )
+        return screen_cannot_decide(load_config(path, EvolveConfig))
+
+    # 5 candidates: 0.05 / 5 = 0.01 needs 2^(1-n) <= 0.01, n = 8
+    assert reason(7) == (
+        "7 training user(s), and the gate needs 8 to choose among 5 candidate edits"
+    )
+    assert reason(8) is None
+    # 2 candidates: 0.025; 6 users reach 2^(1-6) = 0.031 only, 7 reach 0.016
+    assert reason(6, candidates=2) == (
+        "6 training user(s), and the gate needs 7 to choose among 2 candidate edits"
+    )
+    assert reason(7, candidates=2) is None

@@ -225,3 +225,82 @@ def test_a_step_screens_five_candidates_and_names_what_each_would_write():
     assert step.prompts["writer"] == "\n".join(
         ["You keep a short memory.", BY_KEY["own_words"].sentence, BY_KEY["every_fact"].sentence]
     )
+
+
+def test_successive_halving_screens_all_on_half_the_users_and_the_best_on_all():
+    """5 candidates, a budget of 3, 8 users: all five on the first 4 users, the 3 with the largest
+    mean gain there on all 8; the gate's level is still divided by the 5 proposed."""
+    evolver = EditsEvolver(client=None, max_examples=0, screen_budget=3)
+    users = [f"u{i}" for i in range(1, 9)]
+
+    def every(value: float) -> dict[str, float]:
+        return dict.fromkeys(users, value)
+
+    # current 0.5; on the half: 0.55, 0.9, 0.6, 0.4, 0.7 -> candidates 1, 4, 2 go on
+    # (ranked by gain, kept in their order); on all users: 0.8, 0.6, 0.65
+    halves = [every(v) for v in (0.55, 0.9, 0.6, 0.4, 0.7)]
+    screen, seen = screen_with([every(0.5), *halves, every(0.8), every(0.6), every(0.65)])
+    step = propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
+    assert len(seen) == 1 + 5 + 3
+    candidates = seen[1:6]
+    assert seen[6:] == [candidates[1], candidates[2], candidates[4]]
+    assert step.prompts["writer"] == candidates[1]
+    (decision,) = step.decisions
+    assert decision["verdict"] == "improved"  # 8 of 8 users up: p = 2/256 < 0.05/5
+    assert decision["level"] == pytest.approx(0.05 / 5)
+    assert len(decision["users"]) == 8
+    stages = {r["edit"]: (r["stage"], r["reason"]) for r in step.rejected}
+    halved = [r for r in step.rejected if "successive halving" in r["reason"]]
+    assert len(halved) == 2
+    assert sorted(r["reason"] for r in halved) == [
+        "scored 0.400 on replay, the current prompt 0.500 on half the users (successive halving)",
+        "scored 0.550 on replay, the current prompt 0.500 on half the users (successive halving)",
+    ]
+    assert [s for s, _ in stages.values()].count("screen") == 4
+    note = step.changes["writer"][-1]
+    assert note.startswith("first rung on 4 users: 3 of 5 candidates go on; replay screen ")
+    assert "0.550*, 0.800, 0.600, 0.400*, 0.650 (*: half the users)" in note
+    assert note.endswith("gate improved; taken (improved)")
+
+
+def test_no_halving_with_fewer_than_four_users_or_within_the_budget():
+    evolver = EditsEvolver(client=None, max_examples=0, screen_budget=3)
+    screen, seen = screen_with([{"u1": 0.5, "u2": 0.5, "u3": 0.5}])
+    propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
+    assert len(seen) == 6  # 3 users: every candidate on every user
+    evolver = EditsEvolver(client=None, max_examples=0, screen_budget=5)
+    screen, seen = screen_with([dict.fromkeys("abcdefgh", 0.5)])
+    propose(evolver, given({"writer": SEED}, cycle=0, screen=screen))
+    assert len(seen) == 6
+
+
+def test_an_evolve_run_halves_on_the_real_replay(tmp_path):
+    """AWI on the fake endpoint, 4 training users, 5 candidates and a budget of 2: every
+    candidate's replay folder holds the first 2 users, and only the 2 that went on (and the
+    current prompt) hold all 4; the step's rejections say which were halved."""
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.testing import evolve_loop_reply, fake_roles
+    from memloop.testing.commands import write_small_evolve
+
+    path = write_small_evolve(
+        tmp_path,
+        "halving",
+        (4, 0, 1),
+        periods=1,
+        cycles=2,
+        evolvers=["edits"],
+        settings={"edits": {"max_examples": 0, "screen_budget": 2}},
+    )
+    config = load_config(path, EvolveConfig)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        (outcome,) = run_evolve(
+            config, progress=False, clients=fake_roles(fake.base_url, tmp_path / "c.sqlite")
+        )
+    screen = outcome.run_dir / "cycle_00" / "screen"
+    users = sorted(len([u for u in p.iterdir() if u.is_dir()]) for p in screen.iterdir())
+    assert users == [2, 2, 2, 4, 4, 4]  # 3 halved; the current prompt and 2 went on
+    step = json.loads((outcome.run_dir / "cycle_00" / "evolve.json").read_text())
+    halved = [r for r in step["rejected"] if "successive halving" in r["reason"]]
+    assert len(halved) == 3
+    assert step["changes"]["writer"][-1].startswith("first rung on 2 users: 2 of 5 candidates")

@@ -16,6 +16,10 @@ A second change on purpose (issue 56): the edits evolver screens 5 candidates by
 before) and names each candidate's sentences in its step. episode-edits.json was written again;
 its differences are the candidates line, the screen's fifth score and its Bonferroni level (0.01
 for 5), the fifth candidate's refusal and its replay folder. The other cases did not move.
+
+A third (issue 56): the edits evolver's `screen_budget` setting (successive halving). Its 2
+training users are too few to halve, so the run is the same; episode-edits.json gains only the
+setting in its spec and its MLflow param.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ trusted to choose. Each step, per predictor:
    request (8 words in a row of the feedback), and a leak check one that names a user's value.
 5. **Screening** by replay on the training users (optimize/replay_score.py `screen_options`):
    the best candidate against the current prompt, decided by the gate (core/stats.py), an
-   exploration step only when `screen_takes: explore`.
+   exploration step only when `screen_takes: explore`. With more candidates than
+   `screen_budget`, successive halving: all on half the training users, the best go on to all.
 6. **Tabu.** Every refused edit (by the validator, the leak check, the screen or the gate) is
    recorded with its reason in the step (`EvolveStep.rejected`); later steps read them
    (`EvolveInput.rejected`) and never propose the same edit of the same prompt again.
@@ -166,6 +167,13 @@ class EditsSettings(BaseModel):
     )
     examples_seed: int = Field(0, description="the seed the worked examples are drawn with")
     screen_takes: ScreenTakes = screen_takes_field()
+    screen_budget: int | None = Field(
+        3,
+        ge=1,
+        description="candidates screened on every training user; with more, successive "
+        "halving screens all of them on half the users first and only the best this many go "
+        "on (None: every candidate on every user)",
+    )
     setting_edits: dict[str, list[Any]] = Field(
         default_factory=dict,
         description="policy options the evolver may also change, each with the values to try "
@@ -515,20 +523,24 @@ class EditsEvolver:
                     inputs.screen,
                     cycle=inputs.cycle,
                     takes=self.settings.screen_takes,
+                    budget=self.settings.screen_budget,
                 )
                 screened_tokens += choice.tokens
                 screened_cost = add_costs(screened_cost, choice.cost_usd)
                 if choice.decision is not None:
                     step.decisions.append(choice.decision)
                 note = choice.note
-                now = "n/a" if choice.current is None else f"{choice.current:.3f}"
                 for i, c in enumerate(chosen):
                     if i == choice.chosen:
                         continue
                     score = choice.scores[i] if i < len(choice.scores) else None
-                    shown = "n/a" if score is None else f"{score:.3f}"
-                    stage = "screen" if choice.chosen is not None else "gate"
-                    refuse(c, stage, f"scored {shown} on replay, the current prompt {now}")
+                    halved = i in choice.halved
+                    base = choice.current_half if halved else choice.current
+                    said = f"scored {_score(score)} on replay, the current prompt {_score(base)}"
+                    if halved:
+                        refuse(c, "screen", f"{said} on half the users (successive halving)")
+                        continue
+                    refuse(c, "screen" if choice.chosen is not None else "gate", said)
                 taken = None if choice.chosen is None else chosen[choice.chosen]
             tried = "; ".join(f"{c.shown()} (addresses {_counts(c.addresses)})" for c in chosen)
             notes.append(f"candidates: {tried}")
@@ -563,3 +575,7 @@ def _addressed(failures: tuple[str, ...], counts: dict[str, int]) -> dict[str, i
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "no named failure"
+
+
+def _score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

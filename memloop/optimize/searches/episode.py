@@ -37,11 +37,11 @@ class EpisodeSearch:
         recording = ctx.store.cycle_dir(k) / "episodes"
         out = ctx.store.cycle_dir(k) / "screen"
 
-        def screen(prompts: dict[str, str]) -> Any:
-            # one folder per screened prompt
-            return ctx.replay_screen(
-                ctx.users["train"], prompts, recording, out / json_sha256(prompts)[:12]
-            )
+        def screen(prompts: dict[str, str], users: int | None = None) -> Any:
+            # one folder per screened prompt; `users`: the first n training users only (a later
+            # screen of the same prompt on all of them replays only the others)
+            items = ctx.users["train"][:users] if users else ctx.users["train"]
+            return ctx.replay_screen(items, prompts, recording, out / json_sha256(prompts)[:12])
 
         return screen
 
