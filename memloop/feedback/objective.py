@@ -1,7 +1,9 @@
 """What a run is ranked on, and the feedback modes an evolver may see: enums, one default each.
 
 `Objective`: the validation measure a run's selection, GEPA's candidate scores, an evolver's
-reverts and tuning's trials rank on. One default rule (`Objective.default_for`): state accuracy
+reverts and tuning's trials rank on. One default rule (`Objective.default_for`): state_prob when
+the state reads are letter reads (the default where the agent's endpoint returns
+log-probabilities: about half the detectable effect of 0/1 state accuracy); else state accuracy
 when the agent is the embedded model (its multiple-choice step is too weak for the memory score
 to carry a signal), the memory score otherwise.
 
@@ -20,13 +22,15 @@ class Objective(StrEnum):
     STATE_PROB = "state_prob"  # the letter read's mean P(true value) (probes.state_read: letters)
 
     @classmethod
-    def default_for(cls, agent_is_local: bool) -> Objective:
+    def default_for(cls, agent_is_local: bool, letters: bool = False) -> Objective:
+        if letters:
+            return cls.STATE_PROB
         return cls.STATE_ACCURACY if agent_is_local else cls.MEMORY_SCORE
 
     @classmethod
-    def of(cls, value: str | None, agent_is_local: bool) -> Objective:
+    def of(cls, value: str | None, agent_is_local: bool, letters: bool = False) -> Objective:
         """`value` as an Objective; the default rule when it is None."""
-        return cls.default_for(agent_is_local) if value is None else cls(value)
+        return cls.default_for(agent_is_local, letters) if value is None else cls(value)
 
     @property
     def label(self) -> str:

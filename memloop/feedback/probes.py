@@ -86,6 +86,9 @@ class ProbeSettings(BaseModel):
       0/1 `state_accuracy` (the most probable option).
     - `state_probes: all` (letters only): every variable of the user's state is read each period,
       not only those the period's questions need: more pairs per user for one call each.
+
+    Unset, `state_read` follows the agent's endpoint in eval, evolve and tune (`probes_for`):
+    letters where it returns log-probabilities, else json.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -102,6 +105,23 @@ class ProbeSettings(BaseModel):
     def spec(self) -> dict[str, str] | None:
         """What a run's identity records: None for the defaults (the keys of older runs stay)."""
         return None if self == ProbeSettings() else self.model_dump()
+
+
+def probes_for(settings: ProbeSettings, returns_logprobs: bool) -> tuple[ProbeSettings, str | None]:
+    """The probe settings a run uses, and why the JSON read when it is chosen by default.
+
+    A `state_read` the run sets is kept. Unset, it is the letter read (state_prob) where the
+    agent's endpoint returns log-probabilities (`Endpoint.returns_logprobs`: the embedded model,
+    or an endpoint file with `logprobs: true`), else the JSON read with its one-line reason.
+    """
+    if "state_read" in settings.model_fields_set:
+        return settings, None
+    if returns_logprobs:
+        return settings.model_copy(update={"state_read": "letters"}), None
+    return settings, (
+        "state reads use the JSON read (0/1 scores, no state_prob): the agent's endpoint does "
+        "not declare `logprobs: true`; set it in the endpoint file if the server returns them"
+    )
 
 
 def option_probabilities(

@@ -181,6 +181,14 @@ class Endpoint(BaseModel):
         None, gt=0, description="tokens per request; defaults to 8192 for the embedded model"
     )
 
+    logprobs: bool | None = Field(
+        None,
+        strict=True,
+        description="whether the server returns log-probabilities (`logprobs`, `top_logprobs`); "
+        "null: yes for the embedded model, assumed no elsewhere. Where yes, state reads default "
+        "to the letter read and runs to the state_prob objective (feedback/probes.py "
+        "probes_for); not part of the run's identity",
+    )
     price_per_mtok: Price | None = Field(
         None,
         description=f"{{input: USD, output: USD}} per million tokens, each 0 to {MAX_PRICE}: runs "
@@ -249,6 +257,11 @@ class Endpoint(BaseModel):
     @property
     def is_local(self) -> bool:
         return self.base_url == LOCAL
+
+    @property
+    def returns_logprobs(self) -> bool:
+        """Whether this endpoint gives each token's log-probability (declared, or the embedded)."""
+        return self.is_local if self.logprobs is None else self.logprobs
 
     @property
     def effective_context_window(self) -> int | None:

@@ -99,6 +99,24 @@ def sim_config(config: Any) -> SimulatorConfig:
     return SimulatorConfig(rounds_init=config.rounds.init, rounds_update=config.rounds.update)
 
 
+def resolve_reads(config: Any, clients: RoleClients) -> tuple[Any, Objective, str | None]:
+    """An evolve or tune config with its state read resolved, its objective, the JSON read's why.
+
+    An unset `probes.state_read` is the letter read where the agent's endpoint returns
+    log-probabilities (feedback/probes.py `probes_for`); an unset objective follows the read
+    (state_prob with letters: `Objective.default_for`). The note is None unless the JSON read was
+    chosen by default.
+    """
+    from memloop.feedback.probes import probes_for
+
+    agent = clients.agent.endpoint
+    probes, note = probes_for(config.probes, agent.returns_logprobs)
+    if probes is not config.probes:
+        config = config.model_copy(update={"probes": probes})
+    letters = config.probes.state_read == "letters"
+    return config, Objective.of(config.objective, agent.is_local, letters), note
+
+
 def evaluation_settings(config: Any, progress: bool) -> EvaluationSettings:
     """How an evolve or tune config's evaluations run."""
     return EvaluationSettings(
@@ -177,7 +195,8 @@ class RunContext:
         self.initial_prompts = policy_prompts(
             self.policy_config, self.clients.agent, self._build_policy
         )
-        self.objective = Objective.of(config.objective, self.clients.agent.endpoint.is_local)
+        config, self.objective, self.read_note = resolve_reads(config, self.clients)
+        self.config = config
         self.spec = RunSpec(
             kind="evolve",
             experiment=config.experiment_name,

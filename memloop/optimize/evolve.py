@@ -170,6 +170,8 @@ def run_evolve(
             "(environment.confirm_users: 26 fresh users detect +0.03 state_prob at 90% power)",
             flush=True,
         )
+    if runs and runs[0][0].read_note:
+        print(runs[0][0].read_note, flush=True)
     screen = screen_cannot_decide(config)
     if screen is not None:
         print(

@@ -51,6 +51,7 @@ from memloop.optimize.config import TuneConfig
 from memloop.optimize.context import (
     evaluation_settings,
     load_environment,
+    resolve_reads,
     role_clients,
     split_users,
 )
@@ -373,7 +374,7 @@ class Tuner:
         self.clients = clients or role_clients(config.endpoints)
         self.builder = builder
         self.added = 0  # trials this invocation finished (other workers add theirs)
-        self.ranked_on = Objective.of(config.objective, self.clients.agent.endpoint.is_local)
+        self.config, self.ranked_on, self.read_note = resolve_reads(config, self.clients)
         self.study_spec = self.spec()
 
     def spec(self) -> RunSpec:
@@ -540,6 +541,8 @@ class Tuner:
         import optuna
 
         config = self.config
+        if self.read_note:
+            print(self.read_note, flush=True)
         # ERROR: a failed trial is memloop's one line, not Optuna's warning with its traceback
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         study = open_study(config, self.study_spec)

@@ -359,8 +359,10 @@ def run_folder(root: Path) -> Path:
 def test_evolve_prints_an_experiment_name_with_its_control_characters_escaped(evolved):
     _, out, err = evolved
     shown = f"{EVIL_SHOWN}\\nline"
-    first, rest = out.split("\n", 1)
-    assert first.startswith("this experiment cannot decide: ")
+    # the notes before the condition's header: cannot-decide, then the JSON read's reason
+    decide, read, rest = out.split("\n", 2)
+    assert read.startswith("state reads use the JSON read (0/1 scores, no state_prob): ")
+    assert decide.startswith("this experiment cannot decide: ")
     assert rest.startswith(f"== {shown}: feedback=complete evolver=reflective search=episode\n")
     assert f"\nexperiment {shown} (MLflow:" in out  # then the store, maybe on the next line
     assert f"\n  memloop compare --experiment {shown} --tracking-uri sqlite:///" in out

@@ -252,3 +252,83 @@ def test_an_evaluation_reports_state_prob_or_says_why_not(tmp_path, served):
         assert m["state_prob_null_reason"] == "the endpoint returned no log-probabilities"
         assert all(r["picked"] == r["choices"][1] for r in reads)
         assert all(row["state_prob"] is None for row in m["per_user"].values())
+
+
+def test_the_letter_read_is_the_default_where_the_endpoint_returns_log_probabilities():
+    from memloop.feedback.objective import Objective
+    from memloop.feedback.probes import probes_for
+    from memloop.llm.endpoint import Endpoint
+
+    hosted = Endpoint(model="m", base_url="http://127.0.0.1:1/v1")
+    assert Endpoint(model="local-0.5b", base_url="local").returns_logprobs
+    assert not hosted.returns_logprobs
+    assert hosted.model_copy(update={"logprobs": True}).returns_logprobs
+    assert not Endpoint(model="local-0.5b", base_url="local", logprobs=False).returns_logprobs
+    # not part of a run's identity: declaring it does not change a response
+    assert "logprobs" not in hosted.model_copy(update={"logprobs": True}).result_settings()
+
+    unset = ProbeSettings()
+    letters, note = probes_for(unset, True)
+    assert (letters.state_read, note) == ("letters", None)
+    kept, note = probes_for(unset, False)
+    assert kept.state_read == "json"
+    assert note is not None and "does not declare `logprobs: true`" in note
+    chosen = ProbeSettings(state_read="json")  # a read the run sets is kept, and said nothing of
+    assert probes_for(chosen, True) == (chosen, None)
+
+    assert Objective.of(None, agent_is_local=True, letters=True) is Objective.STATE_PROB
+    assert Objective.of(None, agent_is_local=False, letters=True) is Objective.STATE_PROB
+    assert Objective.of(None, agent_is_local=True) is Objective.STATE_ACCURACY
+    assert Objective.of(None, agent_is_local=False) is Objective.MEMORY_SCORE
+    assert Objective.of("memory_score", agent_is_local=True, letters=True) is (
+        Objective.MEMORY_SCORE
+    )
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["logprobs-true", "undeclared"])
+def test_an_evolve_run_reads_letters_and_ranks_on_state_prob_where_the_endpoint_declares_them(
+    tmp_path, capsys, declared
+):
+    """A hosted endpoint file with `logprobs: true`: the run's spec holds the letter read, its
+    objective is state_prob and its cycles have one; undeclared: the JSON read, state accuracy's
+    fallback (memory_score for a hosted agent) and the printed reason."""
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import run_evolve
+    from memloop.testing.commands import write_small_evolve
+
+    with FakeOpenAIServer(reply=awi_reply, logprobs=letter_logprobs) as fake:
+        endpoint = tmp_path / "fake.yaml"
+        endpoint.write_text(
+            f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n"
+            + ("logprobs: true\n" if declared else "")
+        )
+        roles = ("agent", "user_sim", "checker", "optimizer")
+        path = write_small_evolve(
+            tmp_path,
+            "reads",
+            (1, 1, 1),
+            periods=1,
+            cycles=1,
+            evolvers=["none"],
+            feedback_modes=["none"],
+            endpoints={role: str(endpoint) for role in roles},
+        )
+        (outcome,) = run_evolve(load_config(path, EvolveConfig), progress=False)
+    spec = json.loads((outcome.run_dir / "spec.json").read_text())["spec"]
+    out = capsys.readouterr().out
+    (cycle,) = outcome.cycles
+    if declared:
+        assert spec["objective"] == "state_prob"
+        letters = {"state_read": "letters", "state_probes": "questions"}
+        assert spec["evaluation"]["probes"] == letters
+        # letter_logprobs gives A 0.6 and B 0.3: renormalized A 2/3, B 1/3, C and D 0; the
+        # user's 4 reads (2 questions x 2 variables) average to a multiple of 1/12
+        prob = cycle.splits["val"].state_prob
+        assert prob is not None and 0 < prob < 1
+        assert prob * 12 == pytest.approx(round(prob * 12))
+        assert "state reads use the JSON read" not in out
+    else:
+        assert spec["objective"] == "memory_score"
+        assert "probes" not in spec["evaluation"]
+        assert cycle.splits["val"].state_prob is None
+        assert "state reads use the JSON read (0/1 scores, no state_prob)" in out

@@ -69,9 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--state-read",
         choices=["json", "letters"],
-        default="json",
+        default=None,
         help="how the state queries read memory: one JSON query per question (0/1 scores), or "
-        "one lettered query per variable with the letter's probability (state_prob)",
+        "one lettered query per variable with the letter's probability (state_prob); default: "
+        "letters where the agent's endpoint returns log-probabilities (the embedded model, or "
+        "`logprobs: true` in its file), else json",
     )
     p.add_argument(
         "--state-probes",
@@ -127,7 +129,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.environment.replay import check_recording
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
-    from memloop.feedback.probes import ProbeSettings
+    from memloop.feedback.probes import ProbeSettings, probes_for
     from memloop.feedback.report import format_metrics
     from memloop.policies import build_policy, policy_prompts, recorder_config
     from memloop.runs.folder import open_run_folder
@@ -168,9 +170,12 @@ def run_eval(args: argparse.Namespace) -> int:
             )
         replay_from = check_recording(items, args.replay, periods)
     try:
-        probes = ProbeSettings(state_read=args.state_read, state_probes=args.state_probes)
+        chosen = {"state_read": args.state_read} if args.state_read else {}
+        probes = ProbeSettings(**chosen, state_probes=args.state_probes)
     except ValueError:
         raise UserError("--state-probes all needs --state-read letters") from None
+    # the JSON read's reason, when chosen, is state_prob's null reason in the metrics
+    probes, _ = probes_for(probes, clients.agent.endpoint.returns_logprobs)
     prompts = policy_prompts(config, clients.agent)
     spec = eval_spec(
         environment=describe_data_file(args.env),
@@ -225,7 +230,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.runs.eval_log import log_eval, prompts_source
 
     # the measure the agent's runs are ranked on by default comes first
-    first = Objective.default_for(clients.agent.endpoint.is_local).value
+    first = Objective.default_for(
+        clients.agent.endpoint.is_local, probes.state_read == "letters"
+    ).value
     _, run_name = log_eval(
         tracking_uri,
         args.experiment,

@@ -144,22 +144,25 @@ def loop_lines(outcomes) -> list[str]:
 def detectable_line(rows) -> str:
     """What this many test users could detect: the minimum detectable effect at 80% power.
 
-    From the spread of the per-user state-accuracy differences between the evolved run and the
+    On the measure the runs ranked on when it is state_prob (the letter read), else state
+    accuracy: from the spread of its per-user differences between the evolved run and the
     baseline; when they do not vary (the same prompt, or no change), from sqrt(2) x the spread of
-    the baseline's per-user state accuracy (the SD of a difference of two independent arms with
-    that spread: a planning guess, said so).
+    the baseline's per-user values (the SD of a difference of two independent arms with that
+    spread: a planning guess, said so).
     """
     import math
     import statistics
 
     from memloop.core.stats import detectable_effect
+    from memloop.results.tables import shared_objective
 
     shown = [r for r in rows if r.baseline is not None and r is not r.baseline]
     if not shown:
         return "detectable effect: no run paired with a baseline"
     row = shown[-1]
-    mine = row.per_user.get("state_accuracy", {})
-    base = row.baseline.per_user.get("state_accuracy", {}) if row.baseline else {}
+    metric = "state_prob" if shared_objective(rows) == "state_prob" else "state_accuracy"
+    mine = row.per_user.get(metric, {})
+    base = row.baseline.per_user.get(metric, {}) if row.baseline else {}
     users = sorted(set(mine) & set(base))
     if len(users) < 2:
         return f"detectable effect: {len(users)} paired test user(s), too few for a t test"
@@ -173,7 +176,8 @@ def detectable_line(rows) -> str:
     effect = detectable_effect(len(users), spread)
     return (
         f"detectable effect: with {len(users)} test users and a per-user SD of {spread:.3f} "
-        f"({source}), a state-accuracy difference below {effect:.2f} is not detectable at 80% "
+        f"({source}), a {metric.replace('_', ' ')} difference below {effect:.2f} is not "
+        "detectable at 80% "
         "power (two-sided 0.05): `memloop power --sd SD --effect E` gives the users E needs"
     )
 
