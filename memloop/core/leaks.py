@@ -33,6 +33,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 MIN_CHARS = 4  # letters and digits a value needs to be checked
 GAP = 2  # other words a multi-word value's words may have between them
@@ -159,6 +160,23 @@ class _Value:
     words: tuple[str, ...]  # stemmed
 
 
+def _gapped_end(ws: list[str], i: int, v: _Value) -> int | None:
+    """Where `v`'s stemmed words end in `ws` when they occur in order from word i.
+
+    At most GAP other words may stand between them in all; None when they do not occur so.
+    """
+    at, gaps = i, 0
+    for w in v.words[1:]:
+        nxt = next(
+            (j for j in range(at + 1, at + 2 + GAP - gaps) if j < len(ws) and ws[j] == w), None
+        )
+        if nxt is None:
+            return None
+        gaps += nxt - at - 1
+        at = nxt
+    return at
+
+
 class ValueIndex:
     """Private values, indexed once for every text checked against them."""
 
@@ -196,23 +214,7 @@ class ValueIndex:
         found: set[str] = set()
         for i, first in enumerate(ws):
             for v in self.multi.get(first, ()):
-                if v.value in found:
-                    continue
-                at, gaps = i, 0
-                for w in v.words[1:]:
-                    nxt = next(
-                        (
-                            j
-                            for j in range(at + 1, at + 2 + GAP - gaps)
-                            if j < len(ws) and ws[j] == w
-                        ),
-                        None,
-                    )
-                    if nxt is None:
-                        break
-                    gaps += nxt - at - 1
-                    at = nxt
-                else:
+                if v.value not in found and _gapped_end(ws, i, v) is not None:
                     found.add(v.value)
         return found
 
@@ -311,3 +313,101 @@ class LeakCheck:
 def described(hits: int) -> str:
     """What a rejection says: a count, never the values (steps are logged to MLflow)."""
     return f"names {hits} private value{'s' if hits != 1 else ''} of the users"
+
+
+@dataclass(frozen=True)
+class _Token:
+    text: str  # folded, lower-case; number words as digits
+    start: int  # its span in the original text
+    end: int
+
+
+def _located_tokens(text: str) -> list[_Token]:
+    """`tokens(text)` with each token's span in `text` (folded one character at a time)."""
+    chars: list[str] = []
+    where: list[int] = []
+    for i, c in enumerate(text):
+        for f in fold(c):
+            chars.append(f)
+            where.append(i)
+    folded = "".join(chars)
+    found: list[_Token] = []
+    for m in _WORD.finditer(folded):
+        at = m.start()
+        for part in _CAMEL.split(m.group()):
+            if part:
+                found.append(_Token(part.casefold(), where[at], where[at + len(part) - 1] + 1))
+            at += len(part)
+    merged: list[_Token] = []  # number words as digits, "twenty one" as one token "21"
+    for t in found:
+        word = t.text
+        if word in _NUMBERS and merged and merged[-1].text in _TENS.values():
+            if int(_NUMBERS[word]) < 10:
+                last = merged.pop()
+                merged.append(_Token(str(int(last.text) + int(_NUMBERS[word])), last.start, t.end))
+                continue
+        merged.append(_Token(_NUMBERS.get(word) or _TENS.get(word) or word, t.start, t.end))
+    return merged
+
+
+class Redactor:
+    """Replaces every spelling of a private value in a text with that value's typed placeholder.
+
+    The optimizer reads feedback through it (feedback/summary.py): a value is never shown, only
+    its kind (`[home_city #2]`: the variable and its option's place in the state schema). It
+    finds values as the leak check does (`ValueIndex`: the same folding of Unicode, case,
+    separators, numbers, plurals, run-together and split words, up to GAP words between a
+    value's words) and replaces the whole span, the words in between included. Values the leak
+    check skips (shorter than MIN_CHARS, function words) are left as written. Where a longer and
+    a shorter value start at the same word, the longer is replaced.
+    """
+
+    def __init__(self, placeholders: dict[str, str]):
+        self.placeholders = dict(placeholders)
+        self.index = ValueIndex(self.placeholders)
+
+    def __bool__(self) -> bool:
+        return bool(self.index)
+
+    def _match_at(self, ts: list[_Token], i: int) -> tuple[int, str] | None:
+        """(the last token, the value) of the longest value spelled from token i, or None."""
+        longest = self.index.longest + 2
+        for n in range(min(longest, len(ts) - i), 0, -1):
+            for key in _joined([t.text for t in ts[i : i + n]]):
+                values = self.index.keys.get(key)
+                if values:
+                    return i + n - 1, min(values, key=lambda v: (-len(v), v))
+        stems = [stem(t.text) for t in ts]
+        best: tuple[int, str] | None = None
+        for v in self.index.multi.get(stems[i], ()):
+            end = _gapped_end(stems, i, v)
+            if end is not None and (best is None or end > best[0]):
+                best = (end, v.value)
+        return best
+
+    def __call__(self, text: str) -> str:
+        if not self.index or not text:
+            return text
+        ts = _located_tokens(text)
+        out: list[str] = []
+        done, i = 0, 0
+        while i < len(ts):
+            hit = self._match_at(ts, i)
+            if hit is None:
+                i += 1
+                continue
+            last, value = hit
+            out += [text[done : ts[i].start], self.placeholders[value]]
+            done, i = ts[last].end, last + 1
+        out.append(text[done:])
+        return "".join(out)
+
+    def data(self, node: Any) -> Any:
+        """`node` (a summary's JSON-like data) with every string redacted; keys are kept."""
+        if isinstance(node, str):
+            return self(node)
+        if isinstance(node, dict):
+            return {k: self.data(v) for k, v in node.items()}
+        if isinstance(node, list | tuple):
+            return [self.data(v) for v in node]
+        return node

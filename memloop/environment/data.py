@@ -232,6 +232,38 @@ class UserItem(_Record):
                 found |= proper_nouns(value)
         return found
 
+    def placeholders(self) -> dict[str, str]:
+        """Each private value (`private_values`) -> the typed placeholder an optimizer sees.
+
+        A state value: `[variable #k]`, k its option's place in the state schema (`[variable]`
+        when the schema does not list it); a profile field's value: `[field]`; a part of the
+        name: `[name]`; a name the profile's other text gives: `[profile name]`. The kind, never
+        the value or a spelling of it (feedback/summary.py redacts the optimizer's feedback).
+        """
+        kinds: dict[str, str] = {}
+        for variable, options in self.state_schema.items():
+            for k, value in enumerate(options, 1):
+                kinds.setdefault(str(value), f"[{variable} #{k}]")
+        for p in range(len(self.periods)):
+            for variable, value in self._period(p).state.items():
+                if value is not None:
+                    kinds.setdefault(str(value), f"[{variable}]")
+            for exposed in self.exposed_values(p):
+                for variable, value in exposed.items():
+                    kinds.setdefault(value, f"[{variable}]")
+        profile = self.user_profile
+        for key in PRIVATE_PROFILE_FIELDS:
+            value = getattr(profile, key)
+            if isinstance(value, str) and value.strip():
+                kinds.setdefault(value.strip(), f"[{key}]")
+                for part in value.split(","):
+                    if part.strip():
+                        kinds.setdefault(part.strip(), f"[{key}]")
+        if profile.name:
+            for part in profile.name.split():
+                kinds.setdefault(part, "[name]")
+        return {v: kinds.get(v, "[profile name]") for v in self.private_values()}
+
     def exposed_values(self, period: int) -> list[dict[str, str]]:
         """Per session of `period`, the {variable: value} its opening query is meant to reveal."""
         return [dict(session.exposed_states) for session in self._period(period).sessions]

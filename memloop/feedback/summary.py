@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.core.leaks import Redactor
 from memloop.environment.data import UserItem
 from memloop.feedback.objective import Mode
 from memloop.feedback.records import QuestionRecord
@@ -318,6 +319,7 @@ def budgeted_summary(
     history: Iterable[QuestionRecord] | None = None,
     private: Iterable[str] = (),
     failures: dict[str, Any] | None = None,
+    redactor: Redactor | None = None,
 ) -> FeedbackSummary:
     """The feedback summary of several users within `max_questions` and `max_chars`.
 
@@ -331,7 +333,9 @@ def budgeted_summary(
     the report. `history` (default: `records`) supplies the earlier periods for the diagnosis.
     `failures` (feedback/write_failures.py `failure_block`): the state reads, believed vs true,
     with each wrong pair's named write failure, grouped by kind and failure; shown in the header
-    in every mode that shows answers (complete, diagnostic).
+    in every mode that shows answers (complete, diagnostic). `redactor` (core/leaks.py): every
+    private value the summary would show becomes its typed placeholder before the budget is
+    measured; the optimizer reads only that.
     """
     records = list(records)
     report = SummaryReport(max_chars=max_chars, max_questions=max_questions)
@@ -361,7 +365,7 @@ def budgeted_summary(
         private |= block_values(failures)
 
     def build(selection: dict[str, list[QuestionRecord]]) -> dict[str, Any]:
-        return {
+        data = {
             **header,
             "users": [
                 {
@@ -371,6 +375,7 @@ def budgeted_summary(
                 for uid, mine in sorted(selection.items())
             ],
         }
+        return redactor.data(data) if redactor else data
 
     summary = build(chosen)
     entered: list[Entered] = []
@@ -409,10 +414,13 @@ def episode_summary(
     periods: int | None = None,
     private: Iterable[str] = (),
     failures: dict[str, Any] | None = None,
+    redactor: Redactor | None = None,
 ) -> FeedbackSummary:
     """The budgeted summary of whole episodes (the first `periods` of each) of `items`.
 
-    Its private values are `items`' own (`UserItem.private_values`) and `private` (other users').
+    Its private values are `items`' own (`UserItem.private_values`) and `private` (other users');
+    each is shown as its typed placeholder (`UserItem.placeholders`, and `redactor`'s for the
+    other users), never as written.
     """
     updates = {
         item.id: latest_updates(item, min(periods or item.num_periods, item.num_periods))
@@ -426,4 +434,14 @@ def episode_summary(
         max_chars=max_chars,
         private=[*private, *(v for item in items for v in item.private_values())],
         failures=failures,
+        redactor=redactor or placeholders_of(items),
     )
+
+
+def placeholders_of(items: Iterable[UserItem]) -> Redactor:
+    """The redactor of `items`' private values (`UserItem.placeholders`)."""
+    placeholders: dict[str, str] = {}
+    for item in items:
+        for value, placeholder in item.placeholders().items():
+            placeholders.setdefault(value, placeholder)
+    return Redactor(placeholders)

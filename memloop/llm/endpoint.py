@@ -36,6 +36,16 @@ OWN_REQUEST_FIELDS = {
     "stop": "set by memloop per request",
     "stream": "set by memloop per request (memloop reads whole answers)",
     "n": "set by memloop per request (one answer per request)",
+    "logprobs": "set by memloop per request (the letter read asks for log-probabilities)",
+    "top_logprobs": "set by memloop per request (the letter read asks for 20 alternatives)",
+    # servers' own structured-output fields: each would replace memloop's JSON-schema constraint
+    "grammar": "replaces memloop's JSON-schema constraint (response_format)",
+    "json_schema": "replaces memloop's JSON-schema constraint (response_format)",
+    "guided_json": "replaces memloop's JSON-schema constraint (response_format)",
+    "guided_grammar": "replaces memloop's JSON-schema constraint (response_format)",
+    "guided_regex": "replaces memloop's JSON-schema constraint (response_format)",
+    "guided_choice": "replaces memloop's JSON-schema constraint (response_format)",
+    "structured_outputs": "replaces memloop's JSON-schema constraint (response_format)",
 }
 KEY_HINT = "put the key in an environment variable named by api_key_env"
 # words that name a credential wherever they stand in a field name
@@ -51,7 +61,30 @@ _SECRET_WORDS = {
     "password",
     "secret",
     "secrets",
+    "jwt",
+    "sig",
+    "signature",
+    "session",
+    "pat",
+    "keys",
+    "apikeys",
 }
+# credentials by their shape, under any name: OpenAI-style keys, bearer headers, JSON web
+# tokens, GitHub, Hugging Face, AWS and Slack tokens
+_SECRET_VALUE = re.compile(
+    r"^\s*(?:sk-[A-Za-z0-9_-]{16,}|bearer\s+\S{8,}|basic\s+[A-Za-z0-9+/=]{8,}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
+    r"|(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})",
+    re.IGNORECASE,
+)
+
+
+def looks_like_a_secret_value(value: Any) -> bool:
+    """Whether a text is shaped like a credential (`sk-...`, `Bearer ...`, a JWT, ...)."""
+    return isinstance(value, str) and bool(_SECRET_VALUE.match(value))
+
+
 # named like a key but not one: OpenAI's prompt_cache_key routes requests to a cache
 _NOT_SECRETS = {"prompt_cache_key"}
 
@@ -70,6 +103,8 @@ def looks_secret(name: str) -> bool:
     if name.lower() in _NOT_SECRETS:
         return False
     words = _words(name)
+    if words == ["tokens"]:  # a field named just "tokens" (not max_tokens, budget_tokens)
+        return True
     for i, word in enumerate(words):
         if word in _SECRET_WORDS or word.startswith(("secret", "password", "passwd")):
             return True
@@ -80,7 +115,9 @@ def looks_secret(name: str) -> bool:
 
 
 def _secret_path(value: Any, path: str = "") -> str | None:
-    """The path of the first secret-looking key in `value` (mappings in mappings and lists)."""
+    """The path of the first secret-looking key or value in `value` (mappings and lists in it)."""
+    if looks_like_a_secret_value(value):
+        return path or "value"
     if isinstance(value, dict):
         for key, inner in value.items():
             here = f"{path}.{key}" if path else str(key)
@@ -211,8 +248,13 @@ class Endpoint(BaseModel):
                 "holds a user name or password before '@', which would be stored with the run "
                 f"(spec.json, MLflow): remove it and {KEY_HINT}"
             )
-        for name, _ in parse_qsl(urlsplit(value).query, keep_blank_values=True):
-            if looks_secret(name):
+        if "#" in value:  # a fragment is never sent to a server; a key pasted there is kept
+            raise ValueError(
+                "has a fragment (after '#'), which a server never receives and which would be "
+                "stored with the run (spec.json, MLflow): remove it"
+            )
+        for name, given in parse_qsl(urlsplit(value).query, keep_blank_values=True):
+            if looks_secret(name) or looks_like_a_secret_value(given):
                 raise ValueError(
                     f"has a query parameter {name!r} that looks like a secret, which would be "
                     f"stored with the run (spec.json, MLflow): remove it and {KEY_HINT}"

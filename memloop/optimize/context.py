@@ -20,7 +20,7 @@ from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256, safe_name
-from memloop.core.leaks import LeakCheck
+from memloop.core.leaks import LeakCheck, Redactor
 from memloop.environment.data import UserItem
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.evaluate import (
@@ -277,6 +277,16 @@ class RunContext:
         )
 
     @functools.cached_property
+    def redactor(self) -> Redactor:
+        """Every user's private values (all splits) as typed placeholders.
+
+        The optimizer's feedback shows those, never a value (feedback/summary.py).
+        """
+        from memloop.feedback.summary import placeholders_of
+
+        return placeholders_of(i for items in self.users.values() for i in items)
+
+    @functools.cached_property
     def _leaks(self) -> LeakCheck:
         return LeakCheck(self.private)  # its values indexed once for the whole run
 
@@ -424,6 +434,7 @@ class RunContext:
             periods=self.config.environment.periods,
             private=self.private,
             failures=failure_block(pairs) if pairs else None,
+            redactor=self.redactor,
         )
 
     # -- the run ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from memloop.core.leaks import LeakCheck, described
+from memloop.core.leaks import LeakCheck, Redactor, described
 from memloop.feedback.summary import FeedbackSummary
 from memloop.runs.cycles import CycleRecord, EvolveStep
 
@@ -98,7 +98,8 @@ class SearchContext(Protocol):
 
     Reading: the experiment's `config`, the role `clients`, the run's `store` (its folder is
     `store.run_dir`), the `users` of each split, the `initial_prompts`, the feedback `mode`, the
-    selection `objective`, the users' `private` values and the `policy_name`. Calling: a policy
+    selection `objective`, the users' `private` values (and the `redactor` that shows them to an
+    optimizer as typed placeholders) and the `policy_name`. Calling: a policy
     `factory` for prompts, the simulator's `sim_config`, whole-episode evaluations (`evaluate`,
     `evaluate_splits`), a replay of recorded conversations (`replay_screen`), the feedback
     `summary` and the condition's evolver (`make_evolver`).
@@ -114,6 +115,9 @@ class SearchContext(Protocol):
 
     @property
     def private(self) -> frozenset[str]: ...
+
+    @property
+    def redactor(self) -> Redactor: ...
 
     @property
     def policy_name(self) -> str: ...

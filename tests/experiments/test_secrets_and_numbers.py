@@ -88,6 +88,20 @@ def test_a_key_in_base_url_is_refused_without_echoing_it(url, where):
     assert CANARY not in message and "api.example.com" not in message
 
 
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        (f"https://api.example.com/v1#{CANARY}", "has a fragment"),
+        (f"https://api.example.com/v1#key={CANARY}", "has a fragment"),
+        (f"https://api.example.com/v1?q={CANARY}", "query parameter 'q'"),  # by its shape
+    ],
+)
+def test_a_fragment_or_a_secret_shaped_query_value_in_base_url_is_refused(url, where):
+    message = refusal({"base_url": url})
+    assert message.startswith("e.y: key 'base_url': ") and where in message
+    assert CANARY not in message and "api.example.com" not in message
+
+
 def test_a_key_in_base_url_on_the_command_line_is_one_line_exit_2(capsys):
     url = f"http://user:{CANARY}@127.0.0.1:9/v1"
     assert main(["llm", "check", "--model", "m", "--base-url", url]) == 2
@@ -119,6 +133,17 @@ def test_a_base_url_without_credentials_is_kept(url):
         ({"metadata": {"token": CANARY}}, "extra_body.metadata.token"),
         ({"a": {"b": [{"ok": 1}, {"password": CANARY}]}}, "extra_body.a.b[1].password"),
         ({"metadata": {"api_key": {"value": CANARY}}}, "extra_body.metadata.api_key"),
+        # issue 57: names the audit found stored, and credentials by their shape under any name
+        ({"api_keys": [CANARY]}, "extra_body.api_keys"),
+        ({"tokens": [CANARY]}, "extra_body.tokens"),
+        ({"jwt": "x"}, "extra_body.jwt"),
+        ({"sig": "x"}, "extra_body.sig"),
+        ({"session": "x"}, "extra_body.session"),
+        ({"pat": "x"}, "extra_body.pat"),
+        ({"metadata": {"user": CANARY}}, "extra_body.metadata.user"),
+        ({"headers": ["Bearer abcdefgh12345678"]}, "extra_body.headers[0]"),
+        ({"note": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.c2lnbmF0dXJl"}, "extra_body.note"),
+        ({"gh": "ghp_" + "a1" * 18}, "extra_body.gh"),
     ],
 )
 def test_a_secret_looking_key_in_extra_body_is_refused_at_any_depth(extra_body, path):
@@ -157,6 +182,12 @@ def test_provider_options_that_only_mention_tokens_are_kept():
         ("n", "set by memloop per request"),
         ("seed", "set by memloop per request"),
         ("stop", "set by memloop per request"),
+        # issue 57: the letter read's fields and servers' own structured-output fields
+        ("logprobs", "the letter read"),
+        ("top_logprobs", "the letter read"),
+        ("grammar", "replaces memloop's JSON-schema constraint"),
+        ("json_schema", "replaces memloop's JSON-schema constraint"),
+        ("guided_json", "replaces memloop's JSON-schema constraint"),
     ],
 )
 def test_extra_body_cannot_override_memloops_request_fields(field, instead):

@@ -101,12 +101,32 @@ def test_the_key_is_read_from_the_named_variable_and_never_written(
     assert CANARY not in captured.out + captured.err
     for path in (p for p in tmp_path.rglob("*") if p.is_file()):
         assert CANARY.encode() not in path.read_bytes(), path
-    # OPENAI_API_KEY, when set, is the default variable; unset, no key is sent
+    # OPENAI_API_KEY goes to OpenAI's own host only: another host gets no key unless
+    # --api-key-env names one (issue 57: 29 of 29 requests to a stand-in carried it)
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     before = len(fake.auth_headers)
     assert main(["llm", "check", "--model", "fake-model", "--base-url", fake.base_url]) in (0, 1)
-    assert set(fake.auth_headers[before:]) == {f"Bearer {CANARY}"}
+    sent = fake.auth_headers[before:]
+    assert sent and not any(CANARY in h for h in sent)
     assert CANARY not in capsys.readouterr().out
+
+
+def test_the_default_key_variable_is_named_for_openais_host_only(monkeypatch):
+    import argparse
+
+    from memloop.experiments.commands.options import endpoint_ref
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+
+    def ref(url: str, key_env: str | None = None):
+        args = argparse.Namespace(endpoint=None, model="gpt-x", base_url=url, api_key_env=key_env)
+        return endpoint_ref(args)
+
+    assert ref("https://api.openai.com/v1").api_key_env == "OPENAI_API_KEY"
+    assert ref("https://API.OpenAI.com/v1").api_key_env == "OPENAI_API_KEY"
+    for elsewhere in ("http://127.0.0.1:9/v1", "https://api.openai.com.evil.example/v1"):
+        assert ref(elsewhere).api_key_env is None, elsewhere
+    assert ref("http://127.0.0.1:9/v1", "MY_KEY").api_key_env == "MY_KEY"
 
 
 def test_a_variable_named_but_unset_is_one_line(tmp_path, fake, capsys, monkeypatch):

@@ -20,6 +20,12 @@ for 5), the fifth candidate's refusal and its replay folder. The other cases did
 A third (issue 56): the edits evolver's `screen_budget` setting (successive halving). Its 2
 training users are too few to halve, so the run is the same; episode-edits.json gains only the
 setting in its spec and its MLflow param.
+
+A fourth (issue 57): the optimizer's feedback shows each private value as its typed placeholder
+(`[home_type #2]`, core/leaks.Redactor). The feedback summaries of the episode and period runs
+were written again; their only differences are the values turned placeholders and the summaries'
+`chars`. The fake optimizer's replies do not read the values, so no prompt, step or score moved;
+GEPA's stored records hold no summary text and did not move.
 """
 
 from __future__ import annotations

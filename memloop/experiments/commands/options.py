@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from memloop.core.errors import UserError
 from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.core.tables import FORMATS
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_HOST = "api.openai.com"  # the one host the default key variable is sent to
 
 
 def add_format_option(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +102,8 @@ def add_endpoint_options(parser: argparse.ArgumentParser, endpoint_help: str) ->
         "--api-key-env",
         metavar="VAR",
         help=f"the environment variable holding --model's API key (default: {DEFAULT_KEY_ENV} "
-        "when it is set, else no key); the key itself is never printed or stored",
+        f"when it is set and --base-url is {OPENAI_HOST}'s, else no key); the key itself is "
+        "never printed or stored",
     )
 
 
@@ -143,7 +146,10 @@ def model_endpoint(model: str, base_url: str | None, key_env: str | None) -> Any
     fields: dict[str, Any] = {"model": model}
     if base_url is not None and base_url != LOCAL:
         fields["base_url"] = base_url
-        if key_env is None and os.environ.get(DEFAULT_KEY_ENV):
+        # the default key goes to OpenAI's own host only; elsewhere a key is sent only when
+        # --api-key-env names one (a stand-in server must not receive the user's OpenAI key)
+        host = (urlsplit(base_url).hostname or "").lower()
+        if key_env is None and host == OPENAI_HOST and os.environ.get(DEFAULT_KEY_ENV):
             key_env = DEFAULT_KEY_ENV
     if key_env is not None:
         fields["api_key_env"] = key_env

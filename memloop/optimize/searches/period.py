@@ -116,6 +116,7 @@ class PeriodSearch:
             history=questions,
             private=ctx.private,
             failures=failure_block(pairs) if pairs else None,
+            redactor=ctx.redactor,
         )
         ctx.store.save_summary(p, summary)
         held = ctx.evaluate_splits(prompts, ctx.store.cycle_dir(p), splits=("val", "test"))
