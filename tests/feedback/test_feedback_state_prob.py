@@ -332,3 +332,42 @@ def test_an_evolve_run_reads_letters_and_ranks_on_state_prob_where_the_endpoint_
         assert "probes" not in spec["evaluation"]
         assert cycle.splits["val"].state_prob is None
         assert "state reads use the JSON read (0/1 scores, no state_prob)" in out
+
+
+def test_gepa_scores_a_user_on_state_prob_from_the_letter_reads():
+    """GEPA's per-user number under the state_prob objective: the mean P(true value) of the
+    user's reads (a run on the embedded model ranks on it by default)."""
+    from memloop.optimize.searches.gepa import user_score
+
+    def read(variable: str, prob: float) -> StateRead:
+        return StateRead(
+            user_id="u",
+            period=0,
+            variable=variable,
+            true_value="a",
+            choices=["a", "b"],
+            write_period=0,
+            picked="a" if prob >= 0.5 else "b",
+            probs=[prob, 1 - prob],
+            prob_true=prob,
+        )
+
+    from memloop.feedback.records import QuestionRecord
+
+    asked = QuestionRecord(
+        user_id="u",
+        period=0,
+        question_index=0,
+        question="q?",
+        choices=["yes", "no"],
+        required_info=["x", "y"],
+        gold_index=0,
+        true_values={"x": "a", "y": "a"},
+        write_periods={"x": 0, "y": 0},
+        chosen_index=0,
+        ub_chosen_index=0,
+    )
+    reads = [read("x", 0.9), read("y", 0.3)]
+    assert user_score([asked], "state_prob", reads) == pytest.approx(0.6)
+    # no reads (the JSON read): undefined, 0 for every candidate alike
+    assert user_score([asked], "state_prob") == 0.0

@@ -60,8 +60,13 @@ from memloop.core import interrupt
 from memloop.core.errors import UserError
 from memloop.core.files import atomic_write_json, json_sha256
 from memloop.feedback.objective import Mode
-from memloop.feedback.records import QuestionRecord
-from memloop.feedback.report import collect, cost_by_component, usage_by_component
+from memloop.feedback.records import QuestionRecord, StateRead
+from memloop.feedback.report import (
+    collect,
+    collect_reads,
+    cost_by_component,
+    usage_by_component,
+)
 from memloop.feedback.scoring import quiet_score
 from memloop.feedback.summary import FeedbackSummary, render_summary
 from memloop.llm.usage import add_costs
@@ -164,19 +169,25 @@ def candidate_id(candidate: dict[str, str]) -> str:
     return json_sha256(candidate)[:12]
 
 
-def user_score(records: list[QuestionRecord], objective: str = "memory_score") -> float:
+def user_score(
+    records: list[QuestionRecord],
+    objective: str = "memory_score",
+    reads: list[StateRead] | None = None,
+) -> float:
     """GEPA needs a number per user: the user's `objective` (the run's selection objective).
 
-    Where it is undefined (the memory score when the upper bound never beats random for this
-    user; the state accuracy without state queries) it is 0. That does not favour any candidate:
-    definedness depends on the questions and the endpoint only, so the same users are undefined,
-    and score the same 0, for every candidate.
+    `reads`: the user's letter reads (state_prob needs them). Where the objective is undefined
+    (the memory score when the upper bound never beats random for this user; the state accuracy
+    without state queries; state_prob without log-probabilities) it is 0. That does not favour
+    any candidate: definedness depends on the questions and the endpoint only, so the same users
+    are undefined, and score the same 0, for every candidate.
     """
-    scores = quiet_score(records)
+    scores = quiet_score(records, reads=reads)
     value = {
         "memory_score": scores.memory_score,
         "state_accuracy": scores.state.accuracy,
         "memory_gain": scores.memory_gain,
+        "state_prob": scores.state.prob,
     }[objective]
     return 0.0 if value is None else float(value)
 
@@ -186,6 +197,8 @@ OBJECTIVE_TEXT = {
     "state_accuracy": "state accuracy {:.3f} (share of the user's current facts the assistant "
     "recalled right)",
     "memory_gain": "memory gain {:.3f} (accuracy with memory minus accuracy without it)",
+    "state_prob": "state prob {:.3f} (the mean probability the memory read gave the user's "
+    "current facts)",
 }
 
 
@@ -311,7 +324,8 @@ class EpisodeAdapter:
         for item in batch:
             self.recorded[item.id] = out / "episodes"
             records, _ = collect(by_user[item.id].records)
-            value = user_score(records, self.objective(item.id))
+            reads = collect_reads(by_user[item.id].records)
+            value = user_score(records, self.objective(item.id), reads)
             scores.append(value)
             outputs.append({"user": item.id, self.objective(item.id): value})
             if capture_traces:
