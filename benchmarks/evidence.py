@@ -1,39 +1,55 @@
-"""Evidence that evolution works: a positive control on the embedded models (issues 27 and 42).
+"""Evidence that evolution works: a positive control on the embedded models (issues 27, 42, 56).
 
 The question, fixed before any run: **does memloop's evolution loop, started from a memory-write
-prompt that is weak by omission, find a writer that stores the user's facts?** A loop that
-cannot do that here, where the headroom is large and known, cannot be trusted to find subtler
-gains. The first run of this control (issue 27's design, commit befed67) failed: +0.013
-[-0.103, +0.128] on 10 test users. This is its pre-registered rerun (issue 42): the DESIGN dict
-below was fixed before the run, its JSON/figure/text come from one run on a clean clone.
+prompt that is weak by omission, find a writer that stores the user's facts, and does its one
+pre-declared decision on fresh users keep it?** A loop that cannot do that here, where the
+headroom is large and known, cannot be trusted to find subtler gains. Two runs failed: issue 27's
+(+0.013 [-0.103, +0.128] on 10 test users) and issue 42's (commit 066c297: the selection kept the
+seed; cycle 3 was +0.030 on 10 validation users, p = 0.072 at 0.05/4, while hand - seed was
++0.047 and verbatim - seed +0.057 on the test users). This is issue 56's pre-registered rerun:
+the DESIGN dict below was fixed by a commit before the run; its JSON, figure and text come from
+one run on a clean clone, whatever they show.
 
-Design:
-- procedural environment, 30 users, 4 values per state (chance 0.25), 1 change per period, 2
-  periods (the initial one and one update), 2 questions x 2 required variables;
+Design (what changed from issue 42's, and why):
+- procedural environment, 34 users, seed 83 (never used by a benchmark: not 7, 27, 42 or 61),
+  4 values per state (chance 0.25), 1 change per period, 2 periods, 2 questions x 2 variables;
 - one-round scripted sessions: the assistant's reply sees only the user's opening message
-  (`reply_memory: false`), so the conversation does not depend on the write prompt: it is
-  recorded once and every prompt is scored by replaying it (tests/optimize/test_replay_real.py);
+  (`reply_memory: false`), so the conversation does not depend on the write prompt;
 - AWI with no raw buffer (update_freq 2, short_term_len 0): the state reads see written memory
   only, so they measure the writer;
 - the measure: the letter read of every state variable (`probes: {state_read: letters,
-  state_probes: all}`): per user the mean probability of the true value (`state_prob`, finer than
-  0/1 accuracy: benchmarks/state_prob_power.py), and state accuracy beside it;
-- the loop: the `edits` evolver (optimize/evolvers/edits.py: edit operators chosen from named write
-  failures, a validator, a tabu memory; the 1.5B optimizer only fills one short slot, a list of
-  kinds of information), 4 evolution steps (5 cycles),
-  complete feedback with named failures, each step's candidates screened by replay on the
-  training users; objective state_prob; the run's selection on validation users by the gate
-  (a cycle replaces the seed only when the gate says `improved`);
-- users: 4 training, 10 validation, 16 test (nothing is chosen on them);
-- arms on the same 16 test users and the same recorded conversations: `seed`, `evolved` (the
-  selected cycle's prompt), `default` (memloop's AWI writer prompt), `hand` (a hand-improved
-  prompt written before the first run), `verbatim` (the user's own messages stored as said: the
-  bar an evolved prompt should also beat), `oracle` (memory = the conversation verbatim: the
-  native policy), `no_memory` (a writer that never runs);
-- the primary comparison: evolved - seed on state_prob, decided by the gate (exact sign-flip,
-  two-sided 0.05); the others are reported with the same statistics. The smallest effect the
-  design detects at 80% power is stated before the run (DESIGN["planned_detectable"], from the
-  first run's per-user SD) and again from this run's measured SD.
+  state_probes: all}`): per user the mean probability of the true value (`state_prob`), and
+  state accuracy beside it;
+- the loop: the `edits` evolver, 3 evolution steps (4 cycles), complete feedback with named
+  failures, objective state_prob. Each step proposes 5 candidate edits (compound edits among
+  them) and the setting edit `verbatim: user` (issue 56, point 3: before, no edit could switch
+  it on); candidates are screened by replay on **8 training users** (4 before: too few for the
+  screen's gate to ever say improved), by successive halving past 2 candidates, and a step takes
+  a candidate **only when the screen's gate says improved** (`screen_takes: improved`; `explore`
+  took noise in about 80% of steps);
+- the decision: **no validation users**. The run pre-declares its candidate (the edits
+  evolver's last cycle) before any confirmation episode exists, and the gate compares it with
+  the seed once, at 0.05, on **26 fresh confirmation users** (whole episodes; two looks with
+  O'Brien-Fleming spending: 13 users at 0.0056, then all 26), with the run's null control (the
+  seed reworded, scored as a candidate by the same rule) beside it;
+- arms scored on the same 26 confirmation users and their conversations recorded once (by
+  replay): `seed`, `evolved` (the declared candidate's prompt and settings), `hand` (the
+  hand-improved prompt, written before the first run), `verbatim` (AWI `verbatim: user`),
+  `oracle` (memory = the conversation verbatim: the native policy), `no_memory` (a writer that
+  never runs) and `null` (the null control's prompt);
+- the primary result: the loop's confirmation verdict on evolved - seed (its gate entry is the
+  loop's own decision, not recomputed); the arms' paired differences (t interval, exact
+  sign-flip p, users up/tied/down) describe the rest. The smallest effect the design detects at
+  80% power, two-sided 0.05, 26 users and the per-user SD 0.045 measured by issue 42's run:
+  0.026 (DESIGN["planned_detectable"]); 0.038 if look 1 decides at 13 users;
+- budget: at most 2 hours on the 2-core machine. Estimated before the run from issue 42's run
+  (91 min: about 45 s per whole episode and 20 s per replay of a user on the 1.5B model): up to
+  32 training episodes (fewer when a step takes nothing: the cycle is served from the cache), 3
+  steps of 36 replays and 8 cheap verbatim replays, 39-78 confirmation episodes (the candidate
+  stops at 13 users on a large effect; the seed and the null control go on to 26), the seed,
+  evolved and null arms served from the cache of the confirmation's episodes, and 4 x 26 replays
+  of the other arms (3 of them without a writer call): about 2 hours; the JSON records the
+  measured time and the README says if it ran over.
 
 Outputs: benchmarks/results/evidence.json, evidence.png and evidence.md (the text the READMEs
 quote). Resumable: episodes are checkpointed and every model response is cached; a finished run
@@ -75,18 +91,19 @@ HAND_PROMPT = (
 )
 
 DESIGN: dict[str, Any] = {
-    "question": "does the loop find a writer that stores the user's facts? (positive control)",
-    "preregistered": "issue 42, before the run; commit in the JSON",
+    "question": "does the loop find a writer that stores the user's facts, and does its one "
+    "pre-declared decision on fresh users keep it? (positive control)",
+    "preregistered": "issue 56, before the run; commit in the JSON",
     "procedural": {
-        "users": 30,
+        "users": 34,
         "periods": 1,
         "questions": 2,
         "states_per_question": 2,
         "choices_per_state": 4,
         "changes_per_period": 1,
-        "seed": 42,
+        "seed": 83,
     },
-    "splits": {"train": 4, "val": 10, "test": 16},
+    "splits": {"train": 8, "val": 0, "confirm": 26},
     "policy": {
         "type": "awi",
         "update_freq": 2,
@@ -97,36 +114,39 @@ DESIGN: dict[str, Any] = {
     "rounds": {"init": 1, "update": 1},
     "probes": {"state_read": "letters", "state_probes": "all"},
     "evolver": "edits",
-    # max_examples 0: the run was made before worked examples existed (now 2 by default)
     "evolver_settings": {
-        "candidates": 4,
+        "candidates": 5,
+        "compound": True,
+        "screen_budget": 2,
+        "screen_takes": "improved",
         "slot": True,
-        "screen_takes": "explore",
-        "max_examples": 0,
+        "max_examples": 2,
+        "setting_edits": {"verbatim": ["user"]},
     },
     "feedback_mode": "complete",
-    "cycles": 5,
+    "cycles": 4,
     "objective": "state_prob",
+    "confirm_looks": 2,
+    "null_control": True,
     "measure": "state_prob",
     "models": {"agent": "local-1.5b", "optimizer": "local-1.5b", "checker": "local-0.5b"},
     "seed_prompt": SEED_PROMPT,
     "hand_prompt": HAND_PROMPT,
-    "arms": ["seed", "evolved", "default", "hand", "verbatim", "oracle", "no_memory"],
+    "arms": ["seed", "evolved", "hand", "verbatim", "oracle", "no_memory", "null"],
     "primary": ["evolved", "seed"],
     "comparisons": [
         ["evolved", "seed"],
-        ["evolved", "default"],
+        ["null", "seed"],
         ["evolved", "hand"],
         ["evolved", "verbatim"],
         ["hand", "seed"],
         ["verbatim", "seed"],
-        ["default", "seed"],
         ["oracle", "seed"],
         ["seed", "no_memory"],
     ],
-    # at 16 test users, 80% power, two-sided 0.05, with the first run's per-user SD of the
-    # evolved - seed differences in state accuracy (0.161): state_prob's SD is smaller
-    "planned_detectable": 0.12,
+    # at 26 confirmation users, 80% power, two-sided 0.05, with issue 42's measured per-user SD
+    # of paired state_prob differences (0.045): core/stats.detectable_effect(26, 0.045)
+    "planned_detectable": 0.026,
     "power": 0.8,
     "alpha": 0.05,
     "max_hours": 2,
@@ -166,7 +186,9 @@ def write_inputs(out: Path, endpoints: dict[str, str], tracking_uri: str) -> Pat
             "procedural": DESIGN["procedural"],
             "train_users": sizes["train"],
             "val_users": sizes["val"],
-            "test_users": 0,  # the test users are scored below, by replay, on every arm alike
+            "test_users": 0,
+            # the one decision; every arm is also scored on them below, by replay
+            "confirm_users": sizes["confirm"],
         },
         "policy": str(out / "seed-policy.yaml"),
         "endpoints": endpoints,
@@ -177,6 +199,8 @@ def write_inputs(out: Path, endpoints: dict[str, str], tracking_uri: str) -> Pat
         "search": "episode",
         "objective": DESIGN["objective"],
         "cycles": DESIGN["cycles"],
+        "confirm_looks": DESIGN["confirm_looks"],
+        "null_control": DESIGN["null_control"],
         "rounds": DESIGN["rounds"],
         "parallel_users": 1,
         "tracking_uri": tracking_uri,
@@ -188,16 +212,19 @@ def write_inputs(out: Path, endpoints: dict[str, str], tracking_uri: str) -> Pat
 
 
 def arm_configs(evolved: dict[str, str]) -> dict[str, tuple[Any, dict[str, str] | None]]:
-    """{arm: (policy config, writer prompts or None for the config's own)}."""
+    """{arm: (policy config, prompts or None for the config's own)}.
+
+    The evolved prompts may carry settings (a setting edit: policies/config.SETTINGS_KEY), which
+    build_policy applies to the AWI config as the loop did.
+    """
+    from memloop.optimize.confirm import null_prompts
     from memloop.policies import AWIConfig, NativeConfig
-    from memloop.policies.programs import AWI_WRITER_INSTRUCTIONS
 
     awi = AWIConfig(**DESIGN["policy"])
     never = AWIConfig(**{**DESIGN["policy"], "update_freq": 64})  # more than any user says
     return {
         "seed": (awi, {"writer": SEED_PROMPT}),
         "evolved": (awi, evolved),
-        "default": (awi, {"writer": AWI_WRITER_INSTRUCTIONS}),
         "hand": (awi, {"writer": HAND_PROMPT}),
         "verbatim": (AWIConfig(**{**DESIGN["policy"], "verbatim": "user"}), None),
         "oracle": (
@@ -205,6 +232,7 @@ def arm_configs(evolved: dict[str, str]) -> dict[str, tuple[Any, dict[str, str] 
             None,
         ),
         "no_memory": (never, None),
+        "null": (awi, null_prompts({"writer": SEED_PROMPT})),
     }
 
 
@@ -264,9 +292,15 @@ def score_arm(items, config, prompts, client, recording: Path, out: Path):
     return screening, raw_only, memories
 
 
-def paired_table(test: dict[str, dict[str, float]], same: dict[str, bool]) -> dict[str, Any]:
-    """Each comparison's paired statistics on the test users; the primary one with the gate."""
-    from memloop.core.stats import Paired, gate
+def paired_table(
+    test: dict[str, dict[str, float]], same: dict[str, bool], decision: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Each comparison's paired statistics on the confirmation users (replay scores).
+
+    The primary comparison carries the loop's own decision (`decision`: the confirmation's gate
+    entry, from whole episodes), not a second test.
+    """
+    from memloop.core.stats import Paired
 
     out: dict[str, Any] = {}
     for a, b in DESIGN["comparisons"]:
@@ -275,23 +309,27 @@ def paired_table(test: dict[str, dict[str, float]], same: dict[str, bool]) -> di
             out[key] = "same prompt"
             continue
         out[key] = Paired.of(test[a], test[b]).to_dict()
-        if [a, b] == DESIGN["primary"]:
-            users = sorted(set(test[a]) & set(test[b]))
-            out[key]["gate"] = gate([test[a][u] - test[b][u] for u in users]).to_dict()
+        if [a, b] == DESIGN["primary"] and decision is not None:
+            out[key]["gate"] = decision
     return out
 
 
 def stage_counts(run_dir: Path, cycles: int) -> dict[str, Any]:
-    """Per evolution step and in all: edits proposed and where they were refused or taken."""
+    """Per evolution step and in all: edits proposed and where they were refused or taken.
+
+    `halved`: refused at the screen's first rung (successive halving), counted in `screen` too.
+    """
     from memloop.optimize.contract import EvolveStep
 
-    steps, total = [], {"proposed": 0, "validator": 0, "leak check": 0, "screen": 0, "gate": 0}
+    steps = []
+    total = {"proposed": 0, "validator": 0, "leak check": 0, "screen": 0, "gate": 0, "halved": 0}
     for k in range(cycles - 1):
         path = run_dir / f"cycle_{k:02d}" / "evolve.json"
         if not path.is_file():
             continue
         step = EvolveStep.model_validate_json(path.read_text())
         refused: dict[str, int] = {}
+        halved = sum("successive halving" in r["reason"] for r in step.rejected)
         for r in step.rejected:
             refused[r["stage"]] = refused.get(r["stage"], 0) + 1
         taken = sum(1 for name in step.prompts if name not in step.errors)
@@ -301,12 +339,14 @@ def stage_counts(run_dir: Path, cycles: int) -> dict[str, Any]:
                 "step": k,
                 "proposed": proposed,
                 "refused": refused,
+                "halved": halved,
                 "taken": taken,
                 "changes": step.changes,
                 "errors": step.errors,
             }
         )
         total["proposed"] += proposed
+        total["halved"] += halved
         for stage, n in refused.items():
             total[stage] = total.get(stage, 0) + n
     return {"steps": steps, "total": total}
@@ -343,7 +383,7 @@ def figure(test: dict[str, dict[str, float]], path: Path) -> None:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("P(true value), letter read of written memory")
     n = len(next(iter(test.values())))
-    ax.set_title(f"Positive control: arms on the same {n} test users (mean, t 95%, users)")
+    ax.set_title(f"Positive control: arms on the same {n} confirmation users (mean, t95, users)")
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(loc="upper left")
     fig.tight_layout()
@@ -359,13 +399,13 @@ def summary_text(result: dict[str, Any]) -> str:
     n = len(test["seed"])
     lines = [
         f"Evidence benchmark (commit {result['commit'][:7]}, {result['seconds'] / 60:.0f} min, "
-        f"pre-registered design): mean P(true value) of the letter read on {n} test users "
-        "(chance 0.25): "
+        f"pre-registered design): mean P(true value) of the letter read on {n} confirmation "
+        "users, by replay (chance 0.25): "
         + ", ".join(f"{arm} {means[arm]:.3f}" for arm in DESIGN["arms"])
         + "; state accuracy: "
         + ", ".join(f"{arm} {accuracy[arm]:.3f}" for arm in DESIGN["arms"])
-        + f". The run's selection (gate on {DESIGN['splits']['val']} validation users) kept "
-        f"cycle {result['selected_cycle']}: {result['selection']['rule']}.",
+        + f". The run declared cycle {result['declared_cycle']} (its last) before the "
+        f"confirmation; the evolved prompt: {json.dumps(result['evolved_prompts'])}.",
     ]
     for key, p in paired.items():
         if p == "same prompt":
@@ -382,28 +422,35 @@ def summary_text(result: dict[str, Any]) -> str:
     stages = result["stages"]["total"]
     lines.append(
         "Edits over {steps} steps: {proposed} proposed; refused by the validator {validator}, "
-        "the leak check {leak}, the screen {screen}, the gate {gate}.".format(
+        "the leak check {leak}, the screen {screen} ({halved} of them at the first rung of "
+        "successive halving), the screen's gate {gate}; taken {taken}. The confirmation: "
+        "{confirmation}.".format(
             steps=len(result["stages"]["steps"]),
             proposed=stages["proposed"],
             validator=stages.get("validator", 0),
             leak=stages.get("leak check", 0),
             screen=stages.get("screen", 0),
+            halved=stages.get("halved", 0),
             gate=stages.get("gate", 0),
+            taken=sum(step["taken"] for step in result["stages"]["steps"]),
+            confirmation=confirmation_text(result["confirmation"]),
         )
     )
-    primary = paired.get("evolved-seed")
-    if primary == "same prompt":
+    said = result["confirmation"]["verdict"]
+    if said == "identical to the seed":
         verdict = (
-            "The positive control FAILED at the selection: no evolved cycle passed the gate on "
-            "the validation users, so the loop kept the seed prompt."
+            "The positive control FAILED in the search: no step took a candidate, so the "
+            "declared prompt is the seed and there was nothing to confirm."
         )
-    elif primary["gate"]["verdict"] == "improved":
-        verdict = "The positive control PASSED: the gate calls the evolved prompt better than "
-        verdict += "the seed on the test users."
+    elif said == "improved":
+        verdict = (
+            "The positive control PASSED: the gate on the fresh confirmation users calls the "
+            "declared candidate better than the seed."
+        )
     else:
         verdict = (
-            "The positive control FAILED on the test users: the gate's verdict on evolved - "
-            f"seed is {primary['gate']['verdict']}."
+            "The positive control FAILED at the confirmation: the gate's verdict on the "
+            f"declared candidate against the seed is {said}."
         )
     lines.append(verdict)
     power = result["power"]
@@ -416,6 +463,20 @@ def summary_text(result: dict[str, Any]) -> str:
             f"{power['sd_of']} ({power['sd']:.3f}): {power['mde']:.3f}."
         )
     return "\n".join(lines)
+
+
+def confirmation_text(confirmation: dict[str, Any]) -> str:
+    """The loop's decision and its null control, in one clause each."""
+    gate, null = confirmation.get("gate"), confirmation.get("null")
+    text = f"verdict {confirmation['verdict']}"
+    if gate:
+        text += f" ({gate.get('method', 'gate')}, n = {gate['n']}, mean {gate['mean']:+.3f})"
+    if null:
+        text += (
+            f"; the null control ({null['what']}): verdict {null['verdict']} "
+            f"(n = {null['gate']['n']}, mean {null['gate']['mean']:+.3f})"
+        )
+    return text
 
 
 def main() -> int:
@@ -449,27 +510,29 @@ def main() -> int:
 
     items = generate_procedural(**DESIGN["procedural"])
     sizes = DESIGN["splits"]
-    test_items = items[sizes["train"] + sizes["val"] : sum(sizes.values())]
+    confirm_items = items[sizes["train"] + sizes["val"] :][: sizes["confirm"]]
     save_items(items, out / "env.json")
 
     with stop_requests_on_ctrl_c():
-        # 1. the loop: cycles on training users, selection on validation users
+        # 1. the loop: cycles on training users, the one decision on the confirmation users
         config = load_config(write_inputs(out, endpoints, tracking_uri), EvolveConfig)
         clients = role_clients(config.endpoints)
-        print(f"[{time.perf_counter() - started:.0f} s] evolving (train + val users)", flush=True)
+        print(f"[{time.perf_counter() - started:.0f} s] evolving and confirming", flush=True)
         (outcome,) = run_evolve(config, progress=progress, clients=clients)
-        assert outcome.selection is not None
-        selected = outcome.selection.cycle
+        confirmation = outcome.confirmation
+        assert confirmation is not None, "the design has confirmation users"
+        declared = confirmation.candidate
         prompts = json.loads(
-            (outcome.run_dir / f"cycle_{selected:02d}" / "prompts.json").read_text()
+            (outcome.run_dir / f"cycle_{declared:02d}" / "prompts.json").read_text()
         )
+        assert [u.id for u in confirm_items] == confirmation.users, "the confirmation users"
 
-        # 2. the test users' conversations, recorded once
-        recording = out / "test-recording"
-        print(f"[{time.perf_counter() - started:.0f} s] recording the test users", flush=True)
-        record_test_users(test_items, clients, recording, progress)
+        # 2. the confirmation users' conversations, recorded once
+        recording = out / "confirm-recording"
+        print(f"[{time.perf_counter() - started:.0f} s] recording the confirmation users")
+        record_test_users(confirm_items, clients, recording, progress)
 
-        # 3. every arm scored by replay on the same test users
+        # 3. every arm scored by replay on the same confirmation users
         test: dict[str, dict[str, float]] = {}
         test_accuracy: dict[str, dict[str, float]] = {}
         raw_only: dict[str, list] = {}
@@ -481,7 +544,7 @@ def main() -> int:
                 continue
             print(f"[{time.perf_counter() - started:.0f} s] scoring arm {arm}", flush=True)
             screening, raw_only[arm], memories[arm] = score_arm(
-                test_items, cfg, arm_prompts, clients.agent, recording, out / "arms" / arm
+                confirm_items, cfg, arm_prompts, clients.agent, recording, out / "arms" / arm
             )
             test[arm] = {u: v for u, v in screening.prob_by_user.items() if v is not None}
             test_accuracy[arm] = {u: v for u, v in screening.by_user.items() if v is not None}
@@ -492,11 +555,10 @@ def main() -> int:
     cycles = [
         {
             "cycle": c.cycle,
-            "val_state_accuracy": c.splits["val"].state_accuracy if "val" in c.splits else None,
-            "val_state_prob": c.splits["val"].state_prob if "val" in c.splits else None,
             "train_state_accuracy": c.splits["train"].state_accuracy
             if "train" in c.splits
             else None,
+            "train_state_prob": c.splits["train"].state_prob if "train" in c.splits else None,
             "tokens": sum(c.tokens.values()),
         }
         for c in outcome.cycles
@@ -504,13 +566,18 @@ def main() -> int:
     result = {
         "commit": git_commit(),
         "design": DESIGN,
-        "selected_cycle": selected,
-        "selection": outcome.selection.model_dump(),
+        "declared_cycle": declared,
+        "confirmation": confirmation.model_dump(),
         "cycles": cycles,
         "evolved_prompts": prompts,
         "test": test,
         "test_accuracy": test_accuracy,
-        "paired": paired_table(test, same),
+        "paired": paired_table(test, same, confirmation.gate),
+        # the loop's whole-episode scores against this replay's, for the users both scored
+        "replay_vs_loop": {
+            "seed": _largest_gap(confirmation.seed, test["seed"]),
+            "evolved": _largest_gap(confirmation.scores, test["evolved"]),
+        },
         "stages": stage_counts(outcome.run_dir, DESIGN["cycles"]),
         "state_raw_only_share": raw_only,
         "power": {
@@ -529,6 +596,12 @@ def main() -> int:
     print(text)
     print(f"\nwrote {results / 'evidence.json'}, evidence.png, evidence.md")
     return 0
+
+
+def _largest_gap(loop: dict[str, float], replay: dict[str, float]) -> float | None:
+    """The largest |loop - replay| over the users both scored (None: none in common)."""
+    common = [u for u in loop if u in replay]
+    return max(abs(loop[u] - replay[u]) for u in common) if common else None
 
 
 def _sd(values: list[float]) -> float | None:
