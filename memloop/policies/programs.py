@@ -7,6 +7,7 @@ saved in DSPy's JSON format; they hold no LM, so no endpoint URL or key can reac
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +161,18 @@ def save_whole_program(program: dspy.Module, folder: Path) -> None:
     """
     import shutil
 
-    tmp = folder.with_name(f".{folder.name}_tmp")  # DSPy wants a folder name without a suffix
+    # DSPy wants a folder name without a suffix: no dot after the leading one
+    tmp = folder.with_name(f".{folder.name.replace('.', '_')}_tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    program.save(str(tmp), save_program=True)
+    # DSPy warns on save that loading pickles is unsafe: memloop writes them, the user's
+    # `dspy.load(..., allow_pickle=True)` says it; no library line on memloop's output
+    quiet = logging.getLogger("dspy.primitives.base_module")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        program.save(str(tmp), save_program=True)
+    finally:
+        quiet.setLevel(level)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
 

@@ -479,5 +479,9 @@ def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
 
 
 def _whole_program_dir(out: Path) -> Path:
-    """Where `dspy.load` finds the exported program: `<name>_program/` beside the state file."""
-    return out.with_name(f"{out.stem}_program")
+    """Where `dspy.load` finds the exported program: `<name>_program/` beside the state file.
+
+    DSPy refuses a program folder whose name has a suffix, so the dots of a name such as
+    `a.b.json`'s stem become underscores (`a_b_program/`).
+    """
+    return out.with_name(f"{out.stem.replace('.', '_')}_program")

@@ -47,6 +47,21 @@ EXPERIMENT_TAGS = {
 }
 
 
+MAX_EXPERIMENT_NAME = 500  # MLflow's own limit (mlflow.utils.validation)
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse `name` as an experiment's name (None: it takes it).
+
+    Checked before a run starts, so that no work ends in MLflow's traceback.
+    """
+    if not name.strip():
+        return "is empty: give the experiment a name"
+    if len(name) > MAX_EXPERIMENT_NAME:
+        return f"is {len(name)} characters long; MLflow takes at most {MAX_EXPERIMENT_NAME}"
+    return None
+
+
 def experiment_id(mlc, name: str, tracking_uri: str) -> str:
     """The id of experiment `name`, created (with memloop's experiment tags) when missing."""
     with store_errors(tracking_uri):

@@ -525,3 +525,31 @@ def test_version_names_the_package_and_its_commit(capsys):
     commit = git_revision()
     expected = f"memloop {__version__}" + (f" (commit {commit[:12]})" if commit else "")
     assert out == expected
+
+
+# -- issue 57: an experiment name MLflow would refuse, before any work -------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [("", ["is empty"]), ("   ", ["is empty"]), ("x" * 501, ["501 characters", "at most 500"])],
+    ids=["empty", "blank", "501-characters"],
+)
+def test_an_experiment_name_mlflow_refuses_is_one_line_before_the_eval(
+    shared, tmp_path, capsys, server, name, words
+):
+    out = tmp_path / "run"
+    before = len(server.requests)
+    assert main(eval_argv(shared, out, "--experiment", name)) == 2
+    one_error_line(capsys, "--experiment", *words)
+    assert len(server.requests) == before  # refused before the first request
+    assert not out.exists()
+    # 500 characters are taken
+    assert main(eval_argv(shared, tmp_path / "ok", "--experiment", "y" * 500)) == 0
+
+
+def test_an_import_with_an_empty_experiment_name_is_one_line(tmp_path, capsys):
+    argv = ["import-amemgym", str(tmp_path), "--out", str(tmp_path / "o"), "--tracking-uri"]
+    argv += [f"sqlite:///{tmp_path}/m.db", "--experiment", ""]
+    assert main(argv) == 2
+    one_error_line(capsys, "--experiment", "is empty")

@@ -304,3 +304,24 @@ def test_an_evolve_run_halves_on_the_real_replay(tmp_path):
     halved = [r for r in step["rejected"] if "successive halving" in r["reason"]]
     assert len(halved) == 3
     assert step["changes"]["writer"][-1].startswith("first rung on 2 users: 2 of 5 candidates")
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"edits": {"max_examples": "2"}}, "max_examples"),
+        ({"edits": {"candidates": "5"}}, "candidates"),
+        ({"reflective": {"max_tokens": "800"}}, "max_tokens"),
+    ],
+)
+def test_a_number_given_as_text_in_optimizer_settings_is_refused(tmp_path, settings, key):
+    """`max_examples: '2'` was taken as 2 (issue 57): optimizer settings are strict."""
+    from memloop.core.errors import UserError
+    from memloop.optimize.config import EvolveConfig, load_config
+    from memloop.optimize.evolve import conditions
+    from memloop.testing.commands import write_small_evolve
+
+    evolver = next(iter(settings))
+    path = write_small_evolve(tmp_path, "s", (1, 1, 1), evolvers=[evolver], settings=settings)
+    with pytest.raises(UserError, match=key):
+        conditions(load_config(path, EvolveConfig))

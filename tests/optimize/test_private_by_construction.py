@@ -22,8 +22,8 @@ from memloop.environment.procedural import generate_procedural
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, request_schema
 from memloop.testing.commands import write_small_evolve
 
-USERS = (2, 1, 1)
-ENV = {"users": sum(USERS), "periods": 2, "questions": 2, "seed": 1}
+USERS = (1, 1, 1)
+ENV = {"users": sum(USERS), "periods": 1, "questions": 2, "seed": 1}
 MODES = ["question_only", "complete", "diagnostic"]
 
 

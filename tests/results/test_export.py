@@ -90,6 +90,25 @@ def test_dspy_export_loads_into_the_policys_program(evolved, tmp_path):
     assert type(loaded) is AWIProgram and program_prompts(loaded) == saved
 
 
+def test_a_dspy_export_named_with_dots_is_written_and_says_nothing_else(evolved, tmp_path, capsys):
+    """`--out a.b.json` was a 28-line traceback (DSPy refuses a program folder with a suffix);
+    its program folder is now `a_b_program`, and DSPy's pickle warning is not printed."""
+    from memloop.experiments.cli import main
+
+    _, outcome = evolved
+    out = tmp_path / "a.b.json"
+    capsys.readouterr()
+    assert main(["export", str(outcome.run_dir), "--format", "dspy", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and len(captured.out.strip().splitlines()) == 1
+    assert "a_b_program" in captured.out
+    import dspy
+
+    loaded = dspy.load(str(tmp_path / "a_b_program"), allow_pickle=True)
+    assert type(loaded) is AWIProgram
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

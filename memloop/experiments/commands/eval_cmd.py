@@ -135,8 +135,11 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.runs.folder import open_run_folder
     from memloop.runs.inputs import describe_data_file, load_policy, roles
     from memloop.runs.spec import eval_spec
+    from memloop.runs.tracker import experiment_name_problem
 
     at_least_one(args, "users", "periods", "rounds_init", "rounds_update", "parallel_users")
+    if problem := experiment_name_problem(args.experiment):
+        raise UserError(f"--experiment {args.experiment[:40]!r}: {problem}")
     items = load_items(args.env)
     if args.users:
         if args.users > len(items):

@@ -69,9 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_import(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
     from memloop.feedback.import_amemgym import import_run
+    from memloop.runs.tracker import experiment_name_problem
 
-    if bool(args.tracking_uri) != bool(args.experiment):
+    if bool(args.tracking_uri) != bool(args.experiment is not None):
         raise UserError("--tracking-uri and --experiment go together: give both, or neither")
+    if args.experiment is not None and (problem := experiment_name_problem(args.experiment)):
+        raise UserError(f"--experiment {args.experiment[:40]!r}: {problem}")
     out = Path(args.out)
     metrics = import_run(args.run_dir, out, args.upper_bound)
     print(format_import(metrics))

@@ -127,7 +127,7 @@ SLOT_SENTENCE = "Pay special attention to: {kinds}."
 class EditsSettings(BaseModel):
     """Settings of the edits evolver (`settings: {edits: {...}}`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" is not a number here
 
     candidates: int = Field(
         5,

@@ -160,7 +160,7 @@ def rule_counts(history: Sequence[tuple[dict[str, str], float | None]]) -> dict[
 class PlaybookSettings(BaseModel):
     """Settings of the playbook evolver (`settings: {playbook: {...}}`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" is not a number here
 
     candidates: int = Field(3, ge=1, le=16, description="deltas sampled per predictor and cycle")
     sample_temperature: float = Field(

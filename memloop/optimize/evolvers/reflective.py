@@ -176,7 +176,7 @@ def parse_rules(
 class ReflectiveSettings(BaseModel):
     """Settings of the reflective evolver (`settings: {reflective: {...}}`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" is not a number here
 
     max_words: int = Field(350, ge=8, description="words a rewrite may have (twice that at most)")
     max_tokens: int = Field(1024, ge=16, description="cap of each reflection reply")

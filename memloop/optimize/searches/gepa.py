@@ -80,7 +80,7 @@ if TYPE_CHECKING:
 class GepaSettings(BaseModel):
     """Settings of the GEPA search (`settings: {gepa: {...}}`; `gepa:` at the top works too)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" is not a number here
 
     minibatch_size: int = Field(2, ge=1, description="training users per reflective step")
     max_metric_calls: int | None = Field(
@@ -100,7 +100,7 @@ class GepaSettings(BaseModel):
 
 
 class ReflectionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" is not a number here
 
     max_tokens: int = Field(1024, ge=16, description="cap of a reflection call")
 
