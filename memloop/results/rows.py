@@ -88,12 +88,33 @@ class RunRow:
         return self.selected_prompts is not None and self.selected_prompts == self.first_prompts
 
     @property
+    def policy_settings(self) -> dict[str, str]:
+        """The policy's options as the run's spec logged them (`policy.*`, unprefixed)."""
+        return {k[7:]: v for k, v in self.spec.items() if k.startswith("policy.")}
+
+    def settings_vs_baseline(self) -> list[str]:
+        """Each policy option that differs from the baseline run's: `update_freq 4 vs 2`."""
+        if self.baseline is None:
+            return []
+        mine, theirs = self.policy_settings, self.baseline.policy_settings
+        return [
+            f"{key} {mine.get(key, '-')} vs {theirs.get(key, '-')}"
+            for key in sorted(set(mine) | set(theirs))
+            if mine.get(key) != theirs.get(key)
+        ]
+
+    @property
     def same_prompt_as_baseline(self) -> bool:
-        """This run's selected prompts are its baseline run's selected prompts."""
+        """This run's selected prompts and policy settings are its baseline run's.
+
+        Evals of one prompt under different memory settings are the main use of evals: their
+        difference is the settings', and is shown, labelled by them (`settings_vs_baseline`).
+        """
         return (
             self.baseline is not None
             and self.selected_prompts is not None
             and self.selected_prompts == self.baseline.selected_prompts
+            and not self.settings_vs_baseline()
         )
 
     @property

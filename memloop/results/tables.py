@@ -291,8 +291,8 @@ def _group_blocks(
         assert base is not None
         table: list[list[Any]] = []
         for r in paired:
-            lead = [name(r, r.condition)]
-            table += _metric_rows(lead, r.vs_baseline, r.same_prompt_as_baseline, objective)
+            label = name(r, r.condition) + _settings_label(r)
+            table += _metric_rows([label], r.vs_baseline, r.same_prompt_as_baseline, objective)
         verdicts = [
             f"  {name(r, r.condition)}: {_verdict_text(r, objective)}"
             for r in paired
@@ -352,6 +352,22 @@ def _verdict_text(r: RunRow, objective: str | None) -> str:
     return f"{metric_column(metric)} {gate_of(r.per_user.get(metric, {}), theirs)}"
 
 
+def _settings_label(r: RunRow) -> str:
+    """` [update_freq 1 vs 2]`: what sets apart a run whose prompts are its baseline's.
+
+    Only then: with different prompts the prompts are what is compared. Two settings at most are
+    named, and how many more differ.
+    """
+    base = r.baseline
+    if base is None or r.selected_prompts is None or r.selected_prompts != base.selected_prompts:
+        return ""
+    differs = r.settings_vs_baseline()
+    if not differs:
+        return ""
+    more = f", +{len(differs) - 2} more" if len(differs) > 2 else ""
+    return f" [{', '.join(differs[:2])}{more}]"
+
+
 def _notes(rows: list[RunRow]) -> list[str]:
     """What the tables' columns mean, and warnings about the numbers."""
     lines = [
@@ -359,8 +375,8 @@ def _notes(rows: list[RunRow]) -> list[str]:
         "for one user or when every difference is equal)",
         "p (sign-flip): two-sided permutation test of the differences (exact up to "
         f"{EXACT_MAX} non-zero ones); up/tied/down: users whose difference is > 0, = 0, < 0",
-        f"{SAME_PROMPT}: the two prompts compared are identical, so any difference there is the "
-        "draws' noise, not the prompt's",
+        f"{SAME_PROMPT}: the two prompts compared and their policy settings are identical, so any "
+        "difference there is the draws' noise; [key a vs b]: the policy settings that differ",
         "(objective): the measure each run selected its cycle on, on the validation users; "
         "selected: that cycle, of the run's cycles",
         "the gate: core/stats.py's decision rule (exact sign-flip test, two-sided 0.05 divided "

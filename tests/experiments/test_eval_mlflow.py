@@ -154,3 +154,23 @@ def test_compare_pairs_two_evals_on_the_same_users(tmp_path, fake, capsys):
     row = next(line for line in out.splitlines() if second in line and "state_acc  3" in line)
     assert f"{sum(diff) / 3:+.3f}" in row
     assert f"paired with the baseline eval/{first} on the same users" in out
+
+
+def test_compare_shows_two_evals_of_one_prompt_under_different_settings(tmp_path, fake, capsys):
+    """The same AWI prompt under update_freq 2 and 1 (issue 57): not `same prompt`, but the
+    paired numbers, labelled by the setting that differs."""
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    other = tmp_path / "awi-freq1.yaml"
+    other.write_text("type: awi\nupdate_freq: 1\nshort_term_len: 4\n")
+    assert main(eval_args(tmp_path, fake, POLICIES / "awi.yaml", "a", uri)) == 0
+    first = capsys.readouterr().out.split("MLflow: run ")[1].split()[0]
+    assert main(eval_args(tmp_path, fake, other, "b", uri)) == 0
+    second = capsys.readouterr().out.split("MLflow: run ")[1].split()[0]
+    argv = ["compare", "--experiment", "evals", "--tracking-uri", uri, "--baseline", first]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    paired = out.split(f"paired with the baseline eval/{first}")[1]
+    row = next(line for line in paired.splitlines() if second in line)
+    assert "[update_freq 1 vs 2]" in row and "mem_score" in row  # the objective's row first
+    table = paired.split("\n\n")[0]  # the one paired run's rows: every metric, numbers
+    assert "same prompt" not in table and "state_acc" in table
