@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from memloop.core.errors import INTERRUPTED_EXIT, exit_on_user_error
+from memloop.core.errors import INTERRUPTED_EXIT, UserError, exit_on_user_error
 from memloop.core.settings import apply_offline_defaults, quiet_third_party_warnings
 
 
@@ -119,7 +119,10 @@ def _run(argv: list[str] | None) -> int | None:
     quiet_third_party_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
-    from memloop.llm import embedded_server
+    from memloop.llm import embedded_server, request_log
+
+    if logging_problem := request_log.problem():
+        raise UserError(logging_problem)
 
     # the line saying the embedded model is starting is progress too
     embedded_server.START_NOTICE = not getattr(args, "no_progress", False)

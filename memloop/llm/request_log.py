@@ -19,6 +19,25 @@ from typing import Any
 ENV = "MEMLOOP_REQUEST_LOG"
 
 
+def problem() -> str | None:
+    """Why `$MEMLOOP_REQUEST_LOG` cannot be appended to (None: unset, or it can).
+
+    Checked when a command starts, so that no request ends in a traceback from deep inside the
+    chat client.
+    """
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{ENV}={path}: is a folder; name a file to append the request lines to"
+    if not os.path.isdir(folder):
+        return f"{ENV}={path}: its folder {folder} does not exist; create it or name another file"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{ENV}={path}: cannot be written (permissions); name another file"
+    return None
+
+
 def write(
     component: str,
     model: str,

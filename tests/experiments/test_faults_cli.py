@@ -553,3 +553,21 @@ def test_an_import_with_an_empty_experiment_name_is_one_line(tmp_path, capsys):
     argv += [f"sqlite:///{tmp_path}/m.db", "--experiment", ""]
     assert main(argv) == 2
     one_error_line(capsys, "--experiment", "is empty")
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "a-folder"])
+def test_a_request_log_that_cannot_be_written_is_one_line_before_any_work(
+    shared, tmp_path, capsys, server, monkeypatch, where
+):
+    """`MEMLOOP_REQUEST_LOG` in a missing folder was a 74-line traceback at the first request."""
+    path = tmp_path / "no" / "log.jsonl" if where == "missing-folder" else tmp_path
+    monkeypatch.setenv("MEMLOOP_REQUEST_LOG", str(path))
+    before = len(server.requests)
+    assert main(eval_argv(shared, tmp_path / "run")) == 2
+    one_error_line(
+        capsys, "MEMLOOP_REQUEST_LOG", "does not exist" if "missing" in where else "folder"
+    )
+    assert len(server.requests) == before and not (tmp_path / "run").exists()
+    monkeypatch.setenv("MEMLOOP_REQUEST_LOG", str(tmp_path / "log.jsonl"))
+    assert main(eval_argv(shared, tmp_path / "run")) == 0
+    assert (tmp_path / "log.jsonl").read_text().count("\n") >= 1
