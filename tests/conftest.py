@@ -30,6 +30,18 @@ def pytest_configure(config: pytest.Config) -> None:
     apply_offline_defaults()
 
 
+@pytest.fixture(autouse=True)
+def _tracking_uri_kept():
+    """$MLFLOW_TRACKING_URI as each test found it: mlflow.set_tracking_uri (every store memloop
+    opens) sets it for the whole process, and a later test's eval would log to that store."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture
 def traces_on(monkeypatch):
     """Episode traces logged, as outside the tests (`MEMLOOP_TRACES` unset)."""

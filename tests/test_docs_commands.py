@@ -80,6 +80,10 @@ def test_the_offline_commands_succeed_in_order_on_the_fake_endpoint(
     for name in ("memloop", "examples"):
         (tmp_path / name).symlink_to(REPO / name)
     monkeypatch.chdir(tmp_path)
+    # the pages' commands log to $MLFLOW_TRACKING_URI: this test's own store. mlflow's
+    # set_tracking_uri sets the variable for the whole process, so an earlier test on the same
+    # worker may have left it naming its store (once: a sqlite file of other tables, refused)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     ran = []
     with FakeOpenAIServer(reply=schema_valid_reply) as fake:
         (tmp_path / "fake.yaml").write_text(f"model: fake\nbase_url: {fake.base_url}\n")

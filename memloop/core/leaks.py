@@ -365,11 +365,13 @@ class Redactor:
     def __init__(self, placeholders: dict[str, str]):
         self.placeholders = dict(placeholders)
         self.index = ValueIndex(self.placeholders)
+        # a summary is rebuilt once per question its budget tries: each text is redacted once
+        self._done: dict[str, str] = {}
 
     def __bool__(self) -> bool:
         return bool(self.index)
 
-    def _match_at(self, ts: list[_Token], i: int) -> tuple[int, str] | None:
+    def _match_at(self, ts: list[_Token], stems: list[str], i: int) -> tuple[int, str] | None:
         """(the last token, the value) of the longest value spelled from token i, or None."""
         longest = self.index.longest + 2
         for n in range(min(longest, len(ts) - i), 0, -1):
@@ -377,7 +379,6 @@ class Redactor:
                 values = self.index.keys.get(key)
                 if values:
                     return i + n - 1, min(values, key=lambda v: (-len(v), v))
-        stems = [stem(t.text) for t in ts]
         best: tuple[int, str] | None = None
         for v in self.index.multi.get(stems[i], ()):
             end = _gapped_end(stems, i, v)
@@ -388,11 +389,18 @@ class Redactor:
     def __call__(self, text: str) -> str:
         if not self.index or not text:
             return text
+        done = self._done.get(text)
+        if done is None:
+            done = self._done[text] = self._redact(text)
+        return done
+
+    def _redact(self, text: str) -> str:
         ts = _located_tokens(text)
+        stems = [stem(t.text) for t in ts]
         out: list[str] = []
         done, i = 0, 0
         while i < len(ts):
-            hit = self._match_at(ts, i)
+            hit = self._match_at(ts, stems, i)
             if hit is None:
                 i += 1
                 continue
