@@ -544,7 +544,9 @@ def test_an_experiment_name_mlflow_refuses_is_one_line_before_the_eval(
     one_error_line(capsys, "--experiment", *words)
     assert len(server.requests) == before  # refused before the first request
     assert not out.exists()
-    # 500 characters are taken
+
+
+def test_a_500_character_experiment_name_is_taken(shared, tmp_path):
     assert main(eval_argv(shared, tmp_path / "ok", "--experiment", "y" * 500)) == 0
 
 
@@ -568,6 +570,9 @@ def test_a_request_log_that_cannot_be_written_is_one_line_before_any_work(
         capsys, "MEMLOOP_REQUEST_LOG", "does not exist" if "missing" in where else "folder"
     )
     assert len(server.requests) == before and not (tmp_path / "run").exists()
+
+
+def test_a_request_log_in_an_existing_folder_is_appended_to(shared, tmp_path, monkeypatch):
     monkeypatch.setenv("MEMLOOP_REQUEST_LOG", str(tmp_path / "log.jsonl"))
     assert main(eval_argv(shared, tmp_path / "run")) == 0
     assert (tmp_path / "log.jsonl").read_text().count("\n") >= 1
