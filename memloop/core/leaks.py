@@ -94,15 +94,23 @@ def fold(text: str) -> str:
     return "".join(c for c in kept if unicodedata.category(c) != "Cf")
 
 
+def _number_groups(tokens: list[str]) -> list[tuple[str, int, int]]:
+    """Number words as digits, each with the first and last index of its tokens.
+
+    "twenty one" -> ("21", 0, 1), "two" -> ("2", 0, 0).
+    """
+    out: list[tuple[str, int, int]] = []
+    for i, t in enumerate(tokens):
+        if t in _NUMBERS and out and out[-1][0] in _TENS.values() and int(_NUMBERS[t]) < 10:
+            out[-1] = (str(int(out[-1][0]) + int(_NUMBERS[t])), out[-1][1], i)
+        else:
+            out.append((_NUMBERS.get(t) or _TENS.get(t) or t, i, i))
+    return out
+
+
 def _numbers(tokens: list[str]) -> list[str]:
     """Number words as digits: "twenty one" -> "21", "two" -> "2"."""
-    out: list[str] = []
-    for t in tokens:
-        if t in _NUMBERS and out and out[-1] in _TENS.values() and int(_NUMBERS[t]) < 10:
-            out[-1] = str(int(out[-1]) + int(_NUMBERS[t]))
-        else:
-            out.append(_NUMBERS.get(t) or _TENS.get(t) or t)
-    return out
+    return [word for word, _, _ in _number_groups(tokens)]
 
 
 def stem(word: str) -> str:
@@ -338,16 +346,9 @@ def _located_tokens(text: str) -> list[_Token]:
             if part:
                 found.append(_Token(part.casefold(), where[at], where[at + len(part) - 1] + 1))
             at += len(part)
-    merged: list[_Token] = []  # number words as digits, "twenty one" as one token "21"
-    for t in found:
-        word = t.text
-        if word in _NUMBERS and merged and merged[-1].text in _TENS.values():
-            if int(_NUMBERS[word]) < 10:
-                last = merged.pop()
-                merged.append(_Token(str(int(last.text) + int(_NUMBERS[word])), last.start, t.end))
-                continue
-        merged.append(_Token(_NUMBERS.get(word) or _TENS.get(word) or word, t.start, t.end))
-    return merged
+    # number words as digits, "twenty one" as one token "21" spanning both words
+    groups = _number_groups([t.text for t in found])
+    return [_Token(word, found[a].start, found[b].end) for word, a, b in groups]
 
 
 class Redactor:

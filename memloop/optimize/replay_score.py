@@ -210,6 +210,7 @@ def screen_options(
     chose the survivors, so the screen's false-accept rate stays at most ALPHA.
     """
     from memloop.core.stats import Verdict, gate_of
+    from memloop.core.tables import format_number
     from memloop.llm.usage import add_costs
     from memloop.runs import gate_log
 
@@ -243,13 +244,11 @@ def screen_options(
     out.scores = [_score(results[i]) for i in range(len(options))]
     now = out.current
     shown = ", ".join(
-        ("n/a" if out.scores[i] is None else f"{out.scores[i]:.3f}")
-        + ("*" if i in out.halved else "")
-        for i in range(len(options))
+        format_number(out.scores[i]) + ("*" if i in out.halved else "") for i in range(len(options))
     )
     if out.halved:
         shown += " (*: half the users)"
-    said_now = "n/a" if now is None else f"{now:.3f}"
+    said_now = format_number(now)
     defined = [i for i in going_on if out.scores[i] is not None]
     if not defined or now is None:
         out.chosen = going_on[0]

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memloop.core.files import json_sha256
 from memloop.core.leaks import described
+from memloop.core.tables import format_number
 from memloop.feedback import write_failures as wf
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import add_costs
@@ -536,7 +537,10 @@ class EditsEvolver:
                     score = choice.scores[i] if i < len(choice.scores) else None
                     halved = i in choice.halved
                     base = choice.current_half if halved else choice.current
-                    said = f"scored {_score(score)} on replay, the current prompt {_score(base)}"
+                    said = (
+                        f"scored {format_number(score)} on replay, "
+                        f"the current prompt {format_number(base)}"
+                    )
                     if halved:
                         refuse(c, "screen", f"{said} on half the users (successive halving)")
                         continue
@@ -575,7 +579,3 @@ def _addressed(failures: tuple[str, ...], counts: dict[str, int]) -> dict[str, i
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "no named failure"
-
-
-def _score(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
