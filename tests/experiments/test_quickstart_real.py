@@ -40,6 +40,8 @@ def quickstart(tmp_path_factory, local_client):
             "test_users": 1,
         },
         "cycles": 2,
+        # two candidates screened, not four: the step's path is the same (the suite's budget)
+        "settings": {"edits": {**full["settings"]["edits"], "candidates": 2}},
         # the copy lives elsewhere: name the shipped policy file absolutely
         "policy": str(ROOT / "memloop/experiments/policies/awi-quickstart.yaml"),
     }

@@ -124,9 +124,10 @@ def test_values_are_matched_through_re_spellings():
         assert named(text, values) == expected, text
     # a value the replaced text already held (the author's seed prompt) is not a leak
     assert named("Ask whether they are actively moving.", values, "actively moving?") == []
-    # plural and singular share a stem: houses/house, boxes/box, parties/party, children
-    assert words("HTTPServer nut_allergies boxes houses party children") == [
-        *("http", "server", "nut", "allergi", "box", "hous", "parti", "child"),
+    # a word's stem is its American singular (inflect's and breame's data): houses/house,
+    # boxes/box, parties/party, children/child, lives/life, centres/center
+    assert words("HTTPServer nut_allergies boxes houses party children lives centres") == [
+        *("http", "server", "nut", "allergy", "box", "house", "party", "child", "life", "center"),
     ]
 
 
@@ -138,7 +139,10 @@ NUMBER_WORDS = dict(enumerate("zero one two three four five six seven eight nine
 
 
 def plural(word: str) -> str:
-    """English plural, the textbook rule."""
+    """English plural, the textbook rule; a word already plural is kept ("books", not "bookses":
+    the form "singular" below writes such a value's singular)."""
+    if word.endswith("s") and not word.endswith("ss"):
+        return word
     if word.endswith(("s", "x", "z", "ch", "sh")):
         return word + "es"
     if word.endswith("y") and word[-2:-1] not in "aeiou":
@@ -219,6 +223,46 @@ def test_the_issues_re_spellings_are_matched():
     }
     for text, expected in cases.items():
         assert named(text, private) == expected, text
+
+
+# Issue 57's audit: re-spellings of the catalogue's values that got through the folding of
+# 6a40079, each now folded with a maintained library's data (inflect, Unicode's confusables data,
+# anyascii, breame) or a decoder of the standard library: {what: (value, text)}.
+AUDIT = {
+    "-ves plural": ("quiet_social_life", "users lead quiet social lives"),
+    "Greek lunate sigma for c": ("quiet_social_life", "a quiet so\u03f2ial life"),
+    "Greek yot for j": ("job_hunting", "\u03f3ob hunting"),
+    "Cyrillic ka for k": ("knee_injury", "\u043anee injury"),
+    "Cyrillic palochka for l": ("quiet_social_life", "quiet socia\u04cf life"),
+    "Cyrillic straight u for y": ("young_children", "\u04afoung children"),
+    "a possessive is no word between": (
+        "part_time_degree",
+        "a part-time's (evening class) degree",
+    ),
+    "American for British": ("city_centre", "lives in the city center"),
+    "percent-encoding": ("city_centre", "the city%20centre"),
+    "backslash-u escapes": ("city_centre", "the \\u0063ity centre"),
+    "HTML entities": ("city_centre", "the &#99;ity&nbsp;centre"),
+    "leetspeak": ("city_centre", "the c1ty c3ntr3"),
+}
+
+
+@pytest.mark.parametrize("what", AUDIT)
+def test_the_audits_re_spellings_are_matched(what):
+    from memloop.environment.catalogue import VARIABLES
+
+    values = {v.name for var in VARIABLES.values() for v in var.values}
+    value, text = AUDIT[what]
+    assert value in values  # a real value of the catalogue
+    assert value in named(f"Note that {text} matters.", values)
+
+
+def test_a_possessive_is_not_counted_as_a_word_between():
+    values = {"master_degree_computer_science"}
+    # master [s] degree [in the] computer science: three words between with the possessive's
+    # "s", two (GAP) without it
+    assert named("a master's degree in the computer science field", values) == sorted(values)
+    assert named("a master big degree in the computer science field", values) == []
 
 
 def test_common_words_and_memloops_own_prompts_name_no_value():
