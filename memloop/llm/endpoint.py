@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from memloop.core.config import KeyProblem, load_yaml_mapping, parse_model
+from memloop.core.credentials import (
+    KEY_HINT,
+    secret_path,
+    url_problem,
+)
 from memloop.core.errors import UserError
 from memloop.llm.errors import MissingApiKey
 
@@ -47,91 +50,6 @@ OWN_REQUEST_FIELDS = {
     "guided_choice": "replaces memloop's JSON-schema constraint (response_format)",
     "structured_outputs": "replaces memloop's JSON-schema constraint (response_format)",
 }
-KEY_HINT = "put the key in an environment variable named by api_key_env"
-# words that name a credential wherever they stand in a field name
-_SECRET_WORDS = {
-    "auth",
-    "authorization",
-    "bearer",
-    "cookie",
-    "credential",
-    "credentials",
-    "passphrase",
-    "passwd",
-    "password",
-    "secret",
-    "secrets",
-    "jwt",
-    "sig",
-    "signature",
-    "session",
-    "pat",
-    "keys",
-    "apikeys",
-}
-# credentials by their shape, under any name: OpenAI-style keys, bearer headers, JSON web
-# tokens, GitHub, Hugging Face, AWS and Slack tokens
-_SECRET_VALUE = re.compile(
-    r"^\s*(?:sk-[A-Za-z0-9_-]{16,}|bearer\s+\S{8,}|basic\s+[A-Za-z0-9+/=]{8,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
-    r"|(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}"
-    r"|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})",
-    re.IGNORECASE,
-)
-
-
-def looks_like_a_secret_value(value: Any) -> bool:
-    """Whether a text is shaped like a credential (`sk-...`, `Bearer ...`, a JWT, ...)."""
-    return isinstance(value, str) and bool(_SECRET_VALUE.match(value))
-
-
-# named like a key but not one: OpenAI's prompt_cache_key routes requests to a cache
-_NOT_SECRETS = {"prompt_cache_key"}
-
-
-def _words(name: str) -> list[str]:
-    """The lower-case words of a field name: api_key, x-api-key, apiKey and APIKey give api, key."""
-    return [w.lower() for w in re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", name)]
-
-
-def looks_secret(name: str) -> bool:
-    """Whether a field named `name` looks like it holds a credential.
-
-    A word key, token, secret, password or authorization (also glued, as in apikey or
-    accesstoken) is one; plural and id forms (max_completion_tokens, stop_token_ids) are not.
-    """
-    if name.lower() in _NOT_SECRETS:
-        return False
-    words = _words(name)
-    if words == ["tokens"]:  # a field named just "tokens" (not max_tokens, budget_tokens)
-        return True
-    for i, word in enumerate(words):
-        if word in _SECRET_WORDS or word.startswith(("secret", "password", "passwd")):
-            return True
-        after = words[i + 1] if i + 1 < len(words) else ""
-        if word.endswith(("key", "token")) and after not in ("id", "ids"):
-            return True
-    return False
-
-
-def _secret_path(value: Any, path: str = "") -> str | None:
-    """The path of the first secret-looking key or value in `value` (mappings and lists in it)."""
-    if looks_like_a_secret_value(value):
-        return path or "value"
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            here = f"{path}.{key}" if path else str(key)
-            if looks_secret(str(key)):
-                return here
-            found = _secret_path(inner, here)
-            if found is not None:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for index, inner in enumerate(value):
-            found = _secret_path(inner, f"{path}[{index}]")
-            if found is not None:
-                return found
-    return None
 
 
 def _real_number(value: Any) -> Any:
@@ -242,23 +160,9 @@ class Endpoint(BaseModel):
     @classmethod
     def _has_a_scheme(cls, value: str) -> str:
         # credentials first: the messages below echo the URL, these never do
-        authority = value.split("//", 1)[-1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
-        if "@" in authority:
-            raise ValueError(
-                "holds a user name or password before '@', which would be stored with the run "
-                f"(spec.json, MLflow): remove it and {KEY_HINT}"
-            )
-        if "#" in value:  # a fragment is never sent to a server; a key pasted there is kept
-            raise ValueError(
-                "has a fragment (after '#'), which a server never receives and which would be "
-                "stored with the run (spec.json, MLflow): remove it"
-            )
-        for name, given in parse_qsl(urlsplit(value).query, keep_blank_values=True):
-            if looks_secret(name) or looks_like_a_secret_value(given):
-                raise ValueError(
-                    f"has a query parameter {name!r} that looks like a secret, which would be "
-                    f"stored with the run (spec.json, MLflow): remove it and {KEY_HINT}"
-                )
+        problem = url_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}: remove it and {KEY_HINT}")
         if value != LOCAL and not value.lower().startswith(("http://", "https://")):
             raise ValueError(
                 f"{value!r} has no scheme: add http:// or https:// (e.g. http://{value}), "
@@ -284,7 +188,7 @@ class Endpoint(BaseModel):
                 raise KeyProblem(
                     key, f"overrides memloop's own request field: {OWN_REQUEST_FIELDS[key]}"
                 )
-        path = _secret_path(value)
+        path = secret_path(value)
         if path is not None:
             raise KeyProblem(
                 path,

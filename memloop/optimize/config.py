@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from memloop.core.config import load_yaml_model
+from memloop.core.credentials import store_url_problem
 from memloop.core.errors import UserError
 from memloop.core.files import safe_name, sqlite_file
 from memloop.core.settings import DEFAULT_TRACKING_URI
@@ -32,6 +33,14 @@ SPLITS = ("train", "val", "test")
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 """Optuna's store when the tracking URI is not a sqlite file (relative to the working folder)."""
+
+
+def no_stored_credentials(url: str) -> str:
+    """`url` (a tracking URI or a storage URL), refused when it holds a credential."""
+    problem = store_url_problem(url)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
 
 
 class _Strict(BaseModel):
@@ -195,6 +204,11 @@ class EvolveConfig(_Strict):
     out_dir: str | None = Field(None, description="run folders (default: runs/evolve/<experiment>)")
     source: str | None = Field(None, exclude=True)
 
+    @field_validator("tracking_uri")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        return no_stored_credentials(value)
+
     @model_validator(mode="before")
     @classmethod
     def _old_keys(cls, data: Any) -> Any:
@@ -353,6 +367,11 @@ class TuneConfig(_Strict):
     )
     out_dir: str | None = None
     source: str | None = Field(None, exclude=True)
+
+    @field_validator("tracking_uri", "storage")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        return no_stored_credentials(value)
 
     @model_validator(mode="after")
     def _storage_beside_the_tracking_store(self) -> TuneConfig:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.config import KeyProblem
+from memloop.core.credentials import ENV_NAME, looks_secret, secret_path, url_problem
 from memloop.core.errors import UserError
 
 GRAPH_STORE_OF_RAG = (
@@ -77,7 +78,6 @@ LOCAL_STORES: dict[str, tuple[tuple[str, ...], ...]] = {
     "chroma": (("api_key", "tenant"), ("host", "port")),
     "faiss": (),
 }
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXTRA = re.compile(r"Extra fields not allowed: (.*?)\. Please input only the following fields")
 
 
@@ -146,6 +146,9 @@ def check_vector_store(value: Any) -> dict[str, Any]:
     given = {}
     for key, setting in config.items():
         where = f"config.{key}"
+        credential = _credential_problem(key, setting, fields)
+        if credential is not None:
+            raise KeyProblem(where, credential)
         if key in ROUTED:
             raise KeyProblem(where, ROUTED[key])
         if key in OWNED:
@@ -154,7 +157,7 @@ def check_vector_store(value: Any) -> dict[str, Any]:
         if secret is not None:
             if secret in config:
                 raise KeyProblem(where, f"give {secret} or {key}, not both")
-            if not isinstance(setting, str) or not _ENV_NAME.match(setting):
+            if not isinstance(setting, str) or not ENV_NAME.match(setting):
                 raise KeyProblem(
                     where, "must be the NAME of an environment variable (letters, digits, _)"
                 )
@@ -181,6 +184,34 @@ def check_vector_store(value: Any) -> dict[str, Any]:
     except ValueError as exc:  # pydantic's ValidationError, or a mem0 validator's own
         raise _mem0_problem(exc, provider) from None
     return {"provider": provider, "config": dict(config)}
+
+
+def _credential_problem(key: str, setting: Any, fields: set[str]) -> str | None:
+    """Why a store setting would store a credential (spec.json, checkpoints, MLflow), or None.
+
+    A URL with user info, a secret-looking query parameter or a fragment, and a value shaped
+    like a credential (`sk-...`, a JWT, ...) at any depth, whatever the key's name. A secret
+    field (`api_key`, ...) has its own message below; `<field>_env` names a variable.
+    """
+    if _secret_of(key, fields) is not None or key in SECRETS:
+        return None
+    if isinstance(setting, str) and "://" in setting:
+        problem = url_problem(setting)
+        if problem is not None:
+            return (
+                f"the URL {problem}: remove it, or give the whole URL through the environment: "
+                f"{key}_env: NAME"
+            )
+    # a name like a credential's holds one, unless it is a flag, a number, a URL (checked
+    # above) or a file's location (vertex_ai's credentials_path)
+    named_so = looks_secret(key) and not key.endswith(("url", "uri", "_path", "_file"))
+    if secret_path(setting) is not None or (named_so and isinstance(setting, str | list | dict)):
+        secret_fields = ", ".join(sorted(SECRETS & fields)) or "this store has none"
+        return (
+            "looks like a secret, and a store's settings are stored with the run: remove it "
+            f"and give the credential in a secret field's <field>_env: NAME ({secret_fields})"
+        )
+    return None
 
 
 def check_graph_store(value: Any) -> dict[str, Any]:
@@ -238,10 +269,11 @@ def mem0_graph_store(option: dict[str, Any]) -> dict[str, Any]:
 
 
 def _secret_of(key: Any, fields: set[str]) -> str | None:
-    """The secret field a `<field>_env` key names (None for any other key)."""
-    if isinstance(key, str) and key.endswith("_env") and key[: -len("_env")] in SECRETS:
+    """The field a `<field>_env` key names: a secret one, or a URL (None for any other key)."""
+    if isinstance(key, str) and key.endswith("_env"):
         field = key[: -len("_env")]
-        return field if field in fields else None
+        if field in fields and (field in SECRETS or field.endswith(("url", "uri"))):
+            return field
     return None
 
 

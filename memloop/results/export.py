@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core import interrupt
+from memloop.core.credentials import DEFAULT_KEY_ENV, OPENAI_HOST
 from memloop.core.errors import UserError
 from memloop.core.files import (
     atomic_write_json,
@@ -296,14 +297,15 @@ EXPORT_MARK = "an export records the sha256 of what it wrote"
 DSPY_SOURCE_KEYS = {"module", "load"}  # a DSPy export's .source.json: the class, how to load it
 
 
-def mem0_config(exported: Exported) -> dict[str, Any]:
+def mem0_config(exported: Exported, key_env: str | None = None) -> dict[str, Any]:
     """mem0's MemoryConfig of the run: both prompts, and the embedder, stores and LLM it used.
 
     `mem0.Memory.from_config` builds it offline: the embedder is the run's sentence-transformers
     model as a local folder, the vector store the run's (the default in-process Qdrant as a
     local Qdrant folder, `mem0-vector-store`), its graph store (mem0's in-memory Kùzu), the LLM
-    the run's agent model at its endpoint (a loopback server takes no key; a hosted one reads
-    OPENAI_API_KEY, as mem0 does). A part that cannot be written without a credential is
+    the run's agent model at its endpoint, its key never written (`mem0_api_key`: left to mem0's
+    OPENAI_API_KEY only for OpenAI's own host; `key_env`, the variable holding another host's
+    key, named in a placeholder to replace). A part that cannot be written without a credential is
     refused in one line. `memloop_source` says where it came from (mem0 ignores it).
     """
     missing = [name for name in MEM0_KEYS if name not in exported.prompts]
@@ -315,7 +317,7 @@ def mem0_config(exported: Exported) -> dict[str, Any]:
     out: dict[str, Any] = {"version": "v1.1"}
     for name, key in MEM0_KEYS.items():
         out[key] = exported.prompts[name]
-    out.update(_mem0_parts(exported))
+    out.update(_mem0_parts(exported, key_env))
     out["memloop_source"] = exported.source()
     # the sha256 of the config without it: an edited config (your llm merged in) is not replaced
     out["memloop_source"][DIGEST_KEY] = json_sha256(out)
@@ -325,7 +327,7 @@ def mem0_config(exported: Exported) -> dict[str, Any]:
 MEM0_STORE_FOLDER = "mem0-vector-store"  # a local store's folder, relative to where mem0 runs
 
 
-def _mem0_parts(exported: Exported) -> dict[str, Any]:
+def _mem0_parts(exported: Exported, key_env: str | None) -> dict[str, Any]:
     """The embedder, vector store, graph store, LLM and history file of the run, for mem0."""
     from memloop.policies.config import PACKAGED_EMBEDDER
     from memloop.policies.embedder import resolve_embedding_model
@@ -364,7 +366,7 @@ def _mem0_parts(exported: Exported) -> dict[str, Any]:
             "config": {"model": str(folder), "embedding_dims": dims},
         },
         "vector_store": store,
-        "llm": _mem0_llm(exported.agent or {}),
+        "llm": _mem0_llm(exported.agent or {}, key_env),
         "history_db_path": "mem0-history.sqlite",
     }
     graph = policy.get("graph_store")
@@ -373,8 +375,8 @@ def _mem0_parts(exported: Exported) -> dict[str, Any]:
     return parts
 
 
-def _mem0_llm(agent: dict[str, Any]) -> dict[str, Any]:
-    """mem0's OpenAI-compatible LLM at the run's agent endpoint."""
+def _mem0_llm(agent: dict[str, Any], key_env: str | None) -> dict[str, Any]:
+    """mem0's OpenAI-compatible LLM at the run's agent endpoint (its key: `mem0_api_key`)."""
     from urllib.parse import urlparse
 
     from memloop.llm.endpoint import LOCAL
@@ -390,9 +392,32 @@ def _mem0_llm(agent: dict[str, Any]) -> dict[str, Any]:
     for key in ("temperature", "max_tokens"):
         if agent.get(key) is not None:
             config[key] = agent[key]
-    if urlparse(base_url).hostname in ("127.0.0.1", "localhost", "::1"):
-        config["api_key"] = "not-needed"  # a loopback server takes none; this is no credential
+    config["api_key"] = mem0_api_key(urlparse(base_url).hostname or "", key_env)
+    if config["api_key"] is None:
+        del config["api_key"]
     return {"provider": "openai", "config": config}
+
+
+NO_KEY = "not-needed"  # what a server that takes no key is given: no credential
+
+
+def mem0_api_key(host: str, key_env: str | None) -> str | None:
+    """The `api_key` a mem0 config gets for an LLM at `host`: never a credential.
+
+    mem0's OpenAI LLM sends $OPENAI_API_KEY to whatever host its config names when the config
+    holds no key. So the key is left out only for OpenAI's own host with OPENAI_API_KEY (or no
+    variable named); a key variable named for another host is written as a placeholder naming it
+    (`key_placeholder`: a request fails until it is replaced, and sends no key of the user's);
+    with none named, a loopback or other server is given `NO_KEY`, as memloop sent it none.
+    """
+    if host.lower() == OPENAI_HOST and key_env in (None, DEFAULT_KEY_ENV):
+        return None
+    return key_placeholder(key_env) if key_env else NO_KEY
+
+
+def key_placeholder(key_env: str) -> str:
+    """The text a mem0 config holds where the value of `key_env` goes."""
+    return f"<replace with the value of ${key_env}>"
 
 
 def embedding_dims(folder: Path) -> int:
@@ -426,8 +451,8 @@ def dspy_program(exported: Exported):
     return cls(**exported.prompts)
 
 
-def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
-    """Write `exported` as `fmt` to `out`; the files written."""
+def write_export(exported: Exported, fmt: str, out: Path, key_env: str | None = None) -> list[Path]:
+    """Write `exported` as `fmt` to `out`; the files written (`key_env`: `mem0_config`'s)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt}: one of {', '.join(FORMATS)}")
     if out.is_dir():
@@ -448,7 +473,7 @@ def write_export(exported: Exported, fmt: str, out: Path) -> list[Path]:
         atomic_write_text(out, render_text(exported))
         return [out]
     if fmt == "mem0":
-        atomic_write_json(out, mem0_config(exported), indent=2)
+        atomic_write_json(out, mem0_config(exported, key_env), indent=2)
         return [out]
     from memloop.policies.programs import save_program, save_whole_program
 

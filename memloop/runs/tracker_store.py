@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from memloop.core.credentials import store_url_problem
 from memloop.core.errors import UserError
 from memloop.core.files import sqlite_file, sqlite_problem, store_lock
 from memloop.core.settings import apply_offline_defaults, cache_root
@@ -88,6 +89,9 @@ def check_tracking_uri(tracking_uri: str) -> None:
     uri = tracking_uri
     if not uri.strip():
         raise UserError(f"the tracking URI is empty; use {TRACKING_URI_FORMS}")
+    problem = store_url_problem(uri)
+    if problem is not None:  # before any message below echoes the URI
+        raise UserError(f"the tracking URI {problem}")
     if uri != uri.strip():
         raise UserError(
             f"tracking URI {uri!r}: spaces around it; use {TRACKING_URI_FORMS} (without spaces)"

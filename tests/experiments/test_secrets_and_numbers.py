@@ -450,3 +450,90 @@ def test_a_canary_in_the_endpoint_file_is_refused_and_written_nowhere(tmp_path, 
     assert "api_key_env" in eval_line and "api_key_env" in evolve_line
     assert files_holding(tmp_path, CANARY) == {ep}  # the endpoint file the test wrote, only
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+# -- 4. credentials in the other URLs and in a store's settings (issue 57, point 4) ------------
+
+
+@pytest.mark.parametrize(
+    ("key", "url", "why"),
+    [
+        ("tracking_uri", f"postgresql://memloop:{CANARY}@db.example/mlflow", "a password"),
+        ("tracking_uri", f"https://{CANARY}@mlflow.example", "a user name or password"),
+        ("tracking_uri", f"https://mlflow.example/#{CANARY}", "a fragment"),
+        ("tracking_uri", f"https://mlflow.example/?token={CANARY}", "query parameter 'token'"),
+        ("storage", f"postgresql://memloop:{CANARY}@db.example/optuna", "a password"),
+        ("storage", f"mysql://db.example/optuna?password={CANARY}", "query parameter 'password'"),
+    ],
+)
+def test_a_credential_in_a_tracking_uri_or_a_storage_url_is_refused(
+    tmp_path, capsys, key, url, why
+):
+    config = {
+        "environment": {"path": str(small_env(tmp_path))},
+        "policy": str(NATIVE / "native.yaml"),
+        "trials": 1,
+        "search_space": {"update_freq": [1, 2]},
+        key: url,
+    }
+    path = write_yaml(tmp_path / "tune.yaml", config)
+    assert main(["tune", str(path), "--no-progress"]) == 2
+    line = one_error_line(capsys)
+    assert f"key '{key}'" in line and why in line and "PGPASSWORD" in line
+    assert "example" not in line  # the URL is not echoed
+    assert files_holding(tmp_path, CANARY) == {path}
+
+
+def test_a_credential_in_the_tracking_uri_flag_is_one_line_exit_2(capsys):
+    url = f"postgresql://memloop:{CANARY}@db.example/mlflow"
+    assert main(["compare", "--experiment", "x", "--tracking-uri", url]) == 2
+    assert "the tracking URI holds a password" in one_error_line(capsys)
+
+
+def test_a_database_url_may_name_its_user():
+    from memloop.core.credentials import store_url_problem
+
+    # the scale-out tests' form (testing/servers.py): a user name alone is no credential
+    assert store_url_problem("postgresql+psycopg2://memloop@127.0.0.1:5432/mlflow") is None
+    assert store_url_problem("http://127.0.0.1:5000") is None
+    assert store_url_problem("sqlite:///mlruns/mlflow.db") is None
+
+
+@pytest.mark.parametrize(
+    ("config", "where", "why"),
+    [
+        ({"url": f"http://qdrant:{CANARY}@q.example:6333"}, "config.url", "user name or password"),
+        ({"url": f"http://q.example:6333?api_key={CANARY}"}, "config.url", "query parameter"),
+        ({"url": f"http://q.example:6333#{CANARY}"}, "config.url", "fragment"),
+        ({"on_disk": CANARY}, "config.on_disk", "looks like a secret"),  # by its shape
+        ({"api_key": CANARY}, "config.api_key", "api_key_env"),
+    ],
+)
+def test_a_credential_in_a_vector_stores_settings_is_refused(tmp_path, capsys, config, where, why):
+    policy = write_yaml(
+        tmp_path / "inputs" / "awe.yaml",
+        {"type": "awe", "vector_store": {"provider": "qdrant", "config": config}},
+    )
+    env = small_env(tmp_path)
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        ep = write_yaml(tmp_path / "inputs" / "ep.yaml", {"model": "m", "base_url": fake.base_url})
+        assert main(eval_argv(env, policy, ep, tmp_path / "c.sqlite", tmp_path / "out")) == 2
+    line = one_error_line(capsys)
+    assert f"vector_store.{where}" in line and why in line and "q.example" not in line
+    assert fake.requests == [] and files_holding(tmp_path, CANARY) == {policy}
+
+
+def test_a_store_url_read_from_the_environment_is_kept_out_of_the_settings(monkeypatch, tmp_path):
+    from memloop.core.config import KeyProblem
+    from memloop.policies.mem0_options import check_vector_store, mem0_vector_store
+
+    option = check_vector_store({"provider": "qdrant", "config": {"url_env": "QDRANT_URL_45"}})
+    assert option == {"provider": "qdrant", "config": {"url_env": "QDRANT_URL_45"}}
+    monkeypatch.setenv("QDRANT_URL_45", f"http://qdrant:{CANARY}@q.example:6333")
+    built = mem0_vector_store(option, dims=384, folder=tmp_path, kind="awe")
+    assert built["config"]["url"].endswith("@q.example:6333")  # read at run time only
+    # flags, numbers and a credentials file's location are not credentials
+    vertex = {"use_azure_credential": True}
+    with pytest.raises(KeyProblem, match="not a setting of mem0's qdrant store") as err:
+        check_vector_store({"provider": "qdrant", "config": vertex})  # not qdrant's setting...
+    assert "looks like a secret" not in str(err.value)  # ...but not refused as a secret

@@ -202,6 +202,65 @@ def test_mem0_builds_the_exported_config_offline_with_the_runs_embedder_and_stor
     assert memory.config.custom_fact_extraction_prompt.endswith(EVOLVED_RULE)
 
 
+CANARY = "sk-canary-57-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "key_env", "api_key"),
+    [
+        ("http://127.0.0.1:9/v1", None, "not-needed"),  # a loopback server takes none
+        ("https://stand-in.example/v1", None, "not-needed"),  # as memloop sent it none
+        (
+            "https://stand-in.example/v1",
+            "STAND_IN_KEY",
+            "<replace with the value of $STAND_IN_KEY>",
+        ),
+        ("https://api.openai.com/v1", None, None),  # mem0's OPENAI_API_KEY: OpenAI's own key
+        ("https://api.openai.com/v1", "OTHER_KEY", "<replace with the value of $OTHER_KEY>"),
+    ],
+)
+def test_mem0_is_never_left_to_send_openai_api_key_to_another_host(
+    tmp_path, monkeypatch, base_url, key_env, api_key
+):
+    """Issue 57: with no key in its config mem0 sends $OPENAI_API_KEY to whatever host it names;
+    the export names the key (or says none is needed) everywhere but OpenAI's own host."""
+    from mem0 import Memory
+
+    exported = Exported(
+        "r",
+        None,
+        "awe",
+        0,
+        "",
+        None,
+        None,
+        None,
+        None,
+        {"fact_extraction": "f", "memory_update": "u"},
+        agent={"model": "m", "base_url": base_url},
+    )
+    out = tmp_path / "mem0.json"
+    write_export(exported, "mem0", out, key_env)
+    config = json.loads(out.read_text())
+    assert config["llm"]["config"].get("api_key") == api_key
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    memory = Memory.from_config(config)  # mem0's own client: the key it would send
+    sent = memory.llm.client.api_key
+    assert (sent == CANARY) == (api_key is None)
+
+
+def test_the_export_command_names_the_key_variable_and_refuses_a_key(tmp_path, capsys):
+    from memloop.experiments.cli import main
+
+    assert main(["export", "r", "--out", str(tmp_path / "p.txt"), "--api-key-env", "K"]) == 2
+    assert "only --format mem0" in capsys.readouterr().err
+    argv = ["export", "r", "--format", "mem0", "--out", str(tmp_path / "m.json")]
+    assert main([*argv, "--api-key-env", CANARY]) == 2
+    err = capsys.readouterr().err
+    assert "NAME of an environment variable" in err and CANARY not in err
+
+
 @pytest.mark.parametrize(
     ("base_url", "policy", "needle"),
     [

@@ -12,12 +12,10 @@ import os
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from memloop.core.credentials import DEFAULT_KEY_ENV, OPENAI_HOST
 from memloop.core.errors import UserError
 from memloop.core.settings import DEFAULT_TRACKING_URI
 from memloop.core.tables import FORMATS
-
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-OPENAI_HOST = "api.openai.com"  # the one host the default key variable is sent to
 
 
 def add_format_option(parser: argparse.ArgumentParser) -> None:

@@ -82,6 +82,14 @@ def register_export(sub: argparse._SubParsersAction) -> None:
         "left unchanged (memloop never replaces a file it did not write: it refuses, and writes "
         "nothing)",
     )
+    ex.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="--format mem0: the environment variable holding the key of the run's agent "
+        "server, named in a placeholder for llm.config.api_key (the file never holds a key; "
+        "without it only OpenAI's own host is left to mem0's OPENAI_API_KEY, any other server "
+        "is given no key)",
+    )
     add_tracking_uri_option(ex, "where to look for RUN when it is no folder; only read")
     ex.set_defaults(func=run_export_cmd)
 
@@ -133,14 +141,29 @@ def run_compare_cmd(args: argparse.Namespace) -> int:
 def run_export_cmd(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from memloop.results.export import load_exported, write_export
+    from memloop.core.credentials import ENV_NAME
+    from memloop.core.errors import UserError
+    from memloop.results.export import key_placeholder, load_exported, write_export
 
+    if args.api_key_env is not None:
+        if args.format != "mem0":
+            raise UserError("--api-key-env: only --format mem0 writes an LLM's settings")
+        if not ENV_NAME.match(args.api_key_env):  # a key pasted here would be written
+            raise UserError(
+                "--api-key-env: must be the NAME of an environment variable (letters, digits, "
+                "_), not a key"
+            )
     exported = load_exported(args.run, args.tracking_uri, args.cycle)
-    written = write_export(exported, args.format, Path(args.out))
+    written = write_export(exported, args.format, Path(args.out), args.api_key_env)
     print(
         f"cycle {exported.cycle} of {exported.run} ({exported.rule}) -> "
         + ", ".join(str(p) for p in written)
     )
+    if args.format == "mem0" and key_placeholder(args.api_key_env or "") in written[0].read_text():
+        print(
+            f"llm.config.api_key holds {key_placeholder(args.api_key_env)!r}: replace it with "
+            "that key when you load the config (the file holds no credential)"
+        )
     return 0
 
 
