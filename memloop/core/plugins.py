@@ -121,8 +121,9 @@ def call(obj: Any, method: str, *args: Any, where: str = "", **kwargs: Any) -> A
     """`obj.method(*args, **kwargs)`; a plug-in's exception becomes one line (a UserError).
 
     The line: ``plug-in NAME.METHOD raised RuntimeError('boom')`` + `where` (e.g. " for user U,
-    period P") + the plug-in's file and line where it was raised. A UserError, Ctrl-C and the
-    exceptions of memloop's own classes pass as they are.
+    period P") + the plug-in's function, file and line where it was raised (``in ingest, at
+    my_policy.py:12``: a method that calls another names the one that raised). A UserError,
+    Ctrl-C and the exceptions of memloop's own classes pass as they are.
     """
     try:
         return getattr(obj, method)(*args, **kwargs)
@@ -146,18 +147,25 @@ def _short_repr(exc: BaseException, limit: int = 200) -> str:
 
 
 def _raised_at(obj: Any, exc: BaseException) -> str:
-    """` (at file.py:LINE)`: the last line of the plug-in's module the traceback went through."""
+    """` (in FUNCTION, at file.py:LINE)`: where in the plug-in's module it was raised.
+
+    The last line of that module the traceback went through, and the function it is in.
+    """
     module = sys.modules.get(type(obj).__module__)
     source = getattr(module, "__file__", None)
     if not source:
         return ""
-    found = None
+    found: tuple[str, int] | None = None
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == source:
-            found = tb.tb_lineno
+            found = (tb.tb_frame.f_code.co_name, tb.tb_lineno)
         tb = tb.tb_next
-    return "" if found is None else f" (at {Path(source).name}:{found})"
+    if found is None:
+        return ""
+    # the plug-in's own method it was raised in: a respond that calls its ingest names ingest
+    name, line = found
+    return f" (in {name}, at {Path(source).name}:{line})"
 
 
 def prompts_problem(value: Any) -> str | None:

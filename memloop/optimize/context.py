@@ -114,7 +114,23 @@ def resolve_reads(config: Any, clients: RoleClients) -> tuple[Any, Objective, st
     if probes is not config.probes:
         config = config.model_copy(update={"probes": probes})
     letters = config.probes.state_read == "letters"
-    return config, Objective.of(config.objective, agent.is_local, letters), note
+    objective = Objective.of(config.objective, agent.is_local, letters)
+    # either way the run would rank every cycle on n/a: refused before its first request
+    json_chosen = not letters and "state_read" in config.probes.model_fields_set
+    if objective is Objective.STATE_PROB and json_chosen:
+        raise UserError(
+            "objective state_prob is the letter read's number, and the run's state reads are "
+            "the JSON read: set probes: {state_read: letters}, or choose another objective "
+            "(state_accuracy, memory_score)"
+        )
+    if objective is Objective.STATE_PROB and not agent.returns_logprobs:
+        raise UserError(
+            "objective state_prob reads the agent's log-probabilities (probes: {state_read: "
+            "letters}), and the agent's endpoint does not declare `logprobs: true`: set it in "
+            "the endpoint file if the server returns them, or choose another objective "
+            "(state_accuracy, memory_score)"
+        )
+    return config, objective, note
 
 
 def evaluation_settings(config: Any, progress: bool) -> EvaluationSettings:

@@ -275,14 +275,20 @@ def schema_valid_reply(body: dict[str, Any]) -> str:
 
 
 def fake_roles(
-    base_url: str, cache: str | Path | None = None, temperature: float = 0.0
+    base_url: str,
+    cache: str | Path | None = None,
+    temperature: float = 0.0,
+    logprobs: bool | None = None,
 ) -> RoleClients:
-    """RoleClients whose four roles share one client on `base_url`, cached at `cache`."""
+    """RoleClients whose four roles share one client on `base_url`, cached at `cache`.
+
+    `logprobs`: the endpoint's declaration (`Endpoint.logprobs`).
+    """
     from memloop.llm.client import ChatClient
     from memloop.llm.endpoint import Endpoint
     from memloop.llm.roles import RoleClients
 
-    endpoint = Endpoint(model="m", base_url=base_url, temperature=temperature)
+    endpoint = Endpoint(model="m", base_url=base_url, temperature=temperature, logprobs=logprobs)
     client = ChatClient(endpoint, cache=cache)
     return RoleClients(client, client, client, client)
 

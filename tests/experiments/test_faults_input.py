@@ -159,7 +159,8 @@ def test_a_plugin_method_that_raises_is_one_line_naming_it(tmp_path, capsys, fak
     at = where.format(user=items[0].id)
     expected = f"plug-in diary.{method} raised RuntimeError('boom')"
     expected += f" {at}" if at else ""
-    assert error_lines(err) == [f"memloop: error: {expected} (at broken.py:{line})"], err
+    expected += f" (in {method}, at broken.py:{line})"
+    assert error_lines(err) == [f"memloop: error: {expected}"], err
     assert "Traceback" not in err
     assert not (tmp_path / "run" / "metrics.json").exists()
 
@@ -175,8 +176,8 @@ def test_a_plugin_load_that_raises_on_resume_names_the_checkpoint_period(tmp_pat
     err = capsys.readouterr().err
     assert error_lines(err) == [
         f"memloop: error: plug-in diary.load raised RuntimeError('boom') for user {items[0].id}, "
-        f"period 0 (at broken.py:{line}); delete period_00 and the later period folders beside "
-        "it to redo from there, or start over (memloop eval --force)"
+        f"period 0 (in load, at broken.py:{line}); delete period_00 and the later period "
+        "folders beside it to redo from there, or start over (memloop eval --force)"
     ]
 
 
@@ -192,7 +193,32 @@ def test_a_plugin_ingest_that_raises_on_replay_is_one_line(tmp_path, capsys, fak
     assert code == 2
     assert error_lines(capsys.readouterr().err) == [
         f"memloop: error: plug-in diary.ingest raised RuntimeError('boom') for user {items[0].id}, "
-        f"period 0 (at broken.py:{line})"
+        f"period 0 (in ingest, at broken.py:{line})"
+    ]
+
+
+def test_an_ingest_that_raises_inside_respond_is_named(tmp_path, capsys, fake):
+    """Issue 57: a plug-in whose respond calls its own ingest was reported as respond alone."""
+    source = DIARY.format(name="diary", method="save", body="super().save(*args, **kwargs)")
+    source += """
+
+class Relaying(Broken):
+    def respond(self, user_message):
+        self.ingest(user_message, "Noted.")
+        return "Noted."
+
+    def ingest(self, user_message, assistant_message):
+        raise RuntimeError("boom")
+"""
+    (tmp_path / "broken.py").write_text(source)
+    policy = tmp_path / "relaying.yaml"
+    policy.write_text("type: broken.py:Relaying\n")
+    line = source.splitlines().index('        raise RuntimeError("boom")') + 1
+    items = generate_procedural(users=1, periods=1, questions=1, seed=5)
+    assert run_eval(tmp_path, policy, fake, items) == 2
+    assert error_lines(capsys.readouterr().err) == [
+        f"memloop: error: plug-in diary.respond raised RuntimeError('boom') for user "
+        f"{items[0].id}, period 0 (in ingest, at broken.py:{line})"
     ]
 
 
@@ -215,7 +241,7 @@ def test_a_plugin_with_prompts_that_raises_in_evolve_is_one_line(tmp_path, capsy
         assert main(["evolve", str(tmp_path / "exp.yaml"), "--no-progress"]) == 2
     assert error_lines(capsys.readouterr().err) == [
         f"memloop: error: plug-in diary.with_prompts raised RuntimeError('boom') "
-        f"(at broken.py:{line})"
+        f"(in with_prompts, at broken.py:{line})"
     ]
 
 
@@ -584,6 +610,6 @@ def test_eval_escapes_a_policy_name_and_a_user_id_in_its_bars_and_errors(
     assert f"eval diary-{EVIL_SHOWN} · users" in err
     assert error_lines(err) == [
         f"memloop: error: plug-in diary-{EVIL_SHOWN}.respond raised RuntimeError('boom') for "
-        f"user user-{EVIL_SHOWN}, period 0 (at broken.py:{line})"
+        f"user user-{EVIL_SHOWN}, period 0 (in respond, at broken.py:{line})"
     ]
     assert "\u202e" not in err and "\x1b[31m" not in err

@@ -371,3 +371,43 @@ def test_gepa_scores_a_user_on_state_prob_from_the_letter_reads():
     assert user_score([asked], "state_prob", reads) == pytest.approx(0.6)
     # no reads (the JSON read): undefined, 0 for every candidate alike
     assert user_score([asked], "state_prob") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("probes", "declared", "why"),
+    [
+        ({"state_read": "letters"}, False, "does not declare `logprobs: true`"),
+        ({}, False, "does not declare `logprobs: true`"),  # the JSON read by default: n/a too
+        ({"state_read": "json"}, True, "the run's state reads are the JSON read"),
+    ],
+    ids=["letters-undeclared", "default-undeclared", "json-read"],
+)
+def test_an_objective_state_prob_that_would_be_n_a_is_refused_before_the_first_request(
+    tmp_path, capsys, probes, declared, why
+):
+    """Issue 57: the run ranked every cycle on n/a and said so only at the end."""
+    from memloop.experiments.cli import main
+    from memloop.testing.commands import write_small_evolve
+
+    with FakeOpenAIServer(reply=awi_reply, logprobs=letter_logprobs) as fake:
+        endpoint = tmp_path / "fake.yaml"
+        endpoint.write_text(
+            f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n"
+            + ("logprobs: true\n" if declared else "")
+        )
+        path = write_small_evolve(
+            tmp_path,
+            "n-a",
+            (1, 1, 1),
+            periods=1,
+            cycles=1,
+            evolvers=["none"],
+            feedback_modes=["none"],
+            endpoints={r: str(endpoint) for r in ("agent", "user_sim", "checker", "optimizer")},
+            objective="state_prob",
+            **({"probes": probes} if probes else {}),
+        )
+        assert main(["evolve", str(path), "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "objective state_prob" in lines[0] and why in lines[0]
+    assert fake.requests == []

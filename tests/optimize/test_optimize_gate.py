@@ -167,7 +167,8 @@ def test_an_evolve_run_with_the_letter_read_logs_state_prob_and_can_rank_on_it(t
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(data))
     config = load_config(tmp_path / "exp.yaml", EvolveConfig)
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        clients = fake_roles(fake.base_url, tmp_path / "c.sqlite")
+        # the scripted policy's answers carry log-probabilities: the endpoint declares them
+        clients = fake_roles(fake.base_url, tmp_path / "c.sqlite", logprobs=True)
         outcomes = run_evolve(config, progress=False, clients=clients, builder=scripted_builder())
     evolved = outcomes[-1]
     record = evolved.cycles[0]
