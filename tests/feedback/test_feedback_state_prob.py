@@ -285,6 +285,30 @@ def test_the_letter_read_is_the_default_where_the_endpoint_returns_log_probabili
     )
 
 
+def one_cycle_evolve(tmp_path, fake, declared: bool, **settings):
+    """A one-cycle evolve YAML on `fake` for every role; its endpoint file declares
+    `logprobs: true` when `declared`."""
+    from memloop.testing.commands import write_small_evolve
+
+    endpoint = tmp_path / "fake.yaml"
+    endpoint.write_text(
+        f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n"
+        + ("logprobs: true\n" if declared else "")
+    )
+    roles = ("agent", "user_sim", "checker", "optimizer")
+    return write_small_evolve(
+        tmp_path,
+        "reads",
+        (1, 1, 1),
+        periods=1,
+        cycles=1,
+        evolvers=["none"],
+        feedback_modes=["none"],
+        endpoints={role: str(endpoint) for role in roles},
+        **settings,
+    )
+
+
 @pytest.mark.parametrize("declared", [True, False], ids=["logprobs-true", "undeclared"])
 def test_an_evolve_run_reads_letters_and_ranks_on_state_prob_where_the_endpoint_declares_them(
     tmp_path, capsys, declared
@@ -294,25 +318,9 @@ def test_an_evolve_run_reads_letters_and_ranks_on_state_prob_where_the_endpoint_
     fallback (memory_score for a hosted agent) and the printed reason."""
     from memloop.optimize.config import EvolveConfig, load_config
     from memloop.optimize.evolve import run_evolve
-    from memloop.testing.commands import write_small_evolve
 
     with FakeOpenAIServer(reply=awi_reply, logprobs=letter_logprobs) as fake:
-        endpoint = tmp_path / "fake.yaml"
-        endpoint.write_text(
-            f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n"
-            + ("logprobs: true\n" if declared else "")
-        )
-        roles = ("agent", "user_sim", "checker", "optimizer")
-        path = write_small_evolve(
-            tmp_path,
-            "reads",
-            (1, 1, 1),
-            periods=1,
-            cycles=1,
-            evolvers=["none"],
-            feedback_modes=["none"],
-            endpoints={role: str(endpoint) for role in roles},
-        )
+        path = one_cycle_evolve(tmp_path, fake, declared)
         (outcome,) = run_evolve(load_config(path, EvolveConfig), progress=False)
     spec = json.loads((outcome.run_dir / "spec.json").read_text())["spec"]
     out = capsys.readouterr().out
@@ -387,26 +395,10 @@ def test_an_objective_state_prob_that_would_be_n_a_is_refused_before_the_first_r
 ):
     """Issue 57: the run ranked every cycle on n/a and said so only at the end."""
     from memloop.experiments.cli import main
-    from memloop.testing.commands import write_small_evolve
 
     with FakeOpenAIServer(reply=awi_reply, logprobs=letter_logprobs) as fake:
-        endpoint = tmp_path / "fake.yaml"
-        endpoint.write_text(
-            f"model: fake\nbase_url: {fake.base_url}\nmax_retries: 0\n"
-            + ("logprobs: true\n" if declared else "")
-        )
-        path = write_small_evolve(
-            tmp_path,
-            "n-a",
-            (1, 1, 1),
-            periods=1,
-            cycles=1,
-            evolvers=["none"],
-            feedback_modes=["none"],
-            endpoints={r: str(endpoint) for r in ("agent", "user_sim", "checker", "optimizer")},
-            objective="state_prob",
-            **({"probes": probes} if probes else {}),
-        )
+        settings = {"objective": "state_prob", **({"probes": probes} if probes else {})}
+        path = one_cycle_evolve(tmp_path, fake, declared, **settings)
         assert main(["evolve", str(path), "--no-progress"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "objective state_prob" in lines[0] and why in lines[0]
