@@ -55,9 +55,10 @@ def exit_on_user_error(
     except OSError as exc:
         # a path the user gave that cannot be written (read-only, immutable, full, under a file)
         hint = _PATH_PROBLEMS.get(exc.errno or 0)
-        if hint is None or not exc.filename:
+        if hint is None or not (exc.filename or exc.errno in _NO_SPACE):
             raise
-        where = printable(exc.filename)
+        # a full disk under a write of a library's own (a log, a database page) names no file
+        where = printable(exc.filename) if exc.filename else "writing"
         print(f"{prog}: error: {where}: {exc.strerror or exc} ({hint})", file=out)
         return USER_ERROR_EXIT
     if interrupt.interrupted():
@@ -83,6 +84,9 @@ _PATH_PROBLEMS = {
     errno.EISDIR: "it is a folder: name a file",
     errno.ENAMETOOLONG: "the name is too long",
 }
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _stdout_to_devnull() -> None:

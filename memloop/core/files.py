@@ -43,6 +43,11 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # a write or fsync that failed (a full disk): name the file
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -114,14 +119,27 @@ def _charmap(font_file: str) -> frozenset[int]:
 
 
 def read_user_text(path: str | Path) -> str:
-    """A text file a user named, as UTF-8; a missing or unreadable one is a one-line UserError."""
+    """A text file a user named, as UTF-8; a missing or unreadable one is a one-line UserError.
+
+    A folder, and a pipe, socket or device (reading a pipe would wait for a writer), are said
+    to be what they are.
+    """
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{path}: {not_a_file(path)}")
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read the file ({exc})") from None
+
+
+def not_a_file(path: Path) -> str:
+    """What a path that is no regular file is: no such file, a folder, or a special file."""
+    if path.is_dir():
+        return "is a folder, not a file"
+    if path.exists():  # a FIFO, a socket, a device
+        return "is not a regular file (a pipe, socket or device); name a file"
+    return "no such file"
 
 
 def file_sha256(path: str | Path, chunk: int = 8 << 20) -> str:
@@ -211,25 +229,71 @@ _SQLITE_CHECKED_LOCK = threading.Lock()
 def store_lock(uri: str) -> contextlib.AbstractContextManager[Any]:
     """An inter-process lock beside a sqlite store (``<file>.lock``); a no-op for other URIs."""
     path = sqlite_file(uri)
-    return file_lock(f"{path}.lock") if path is not None else contextlib.nullcontext()
+    if path is None:
+        return contextlib.nullcontext()
+    return file_lock(f"{path}.lock", "the MLflow store's lock")
 
 
 @contextlib.contextmanager
-def file_lock(path: str | Path) -> Iterator[None]:
-    """An exclusive lock between processes (and threads) on `path` (created if missing).
+def file_lock(path: str | Path, what: str = "a lock") -> Iterator[None]:
+    """An exclusive inter-process lock on the file `path` (flock) for the block.
 
-    Blocks until the lock is free; released when the block ends or the process dies.
+    A wait longer than `LOCK_NOTICE_S` is said once on stderr, naming `what`, the file and the
+    process holding it (`wait_for_flock`); Ctrl-C ends the wait.
     """
     import fcntl
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        wait_for_flock(fd, fcntl.LOCK_EX, path, what)
         try:
             yield
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+LOCK_NOTICE_S = 2.0
+"""Seconds a lock is waited for before the wait is said on stderr."""
+
+
+def wait_for_flock(fd: int, operation: int, path: Path, what: str) -> None:
+    """Take the flock `operation` (LOCK_EX / LOCK_SH) on `fd`, the open lock file `path`.
+
+    Waits as long as the holder holds it (Ctrl-C ends the wait: `interrupt.Interrupted`). Past
+    `LOCK_NOTICE_S` one line on stderr says what is waited for and who holds it (a hung holder
+    no longer makes a command wait without a word). An exclusive holder writes its pid and
+    command into the file for that line.
+    """
+    import fcntl
+    import sys
+    import time
+
+    from memloop.core import interrupt
+
+    started, said = time.monotonic(), False
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            pass
+        if not said and time.monotonic() - started >= LOCK_NOTICE_S:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            print(
+                f"memloop: waiting for {what} ({path}), held by {holder}; Ctrl-C stops",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+        interrupt.sleep(0.05)
+    if operation == fcntl.LOCK_EX:
+        command = " ".join(os.path.basename(a) for a in sys.argv[:2]) or "python"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} ({command})".encode(), 0)
 
 
 LOCK_FILE = ".memloop.lock"

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from memloop.core.files import atomic_write_text
+from memloop.core.files import atomic_write_text, not_a_file
 from memloop.environment.data import UserItem
 from memloop.environment.errors import EnvFileError
 from memloop.environment.paths import FILE_PATH, ROOT_PATH, from_loc
@@ -134,6 +134,8 @@ def read_items(path: str | os.PathLike[str]) -> tuple[list[UserItem], list[str]]
     path = local_path(path)
     if path.is_dir():
         raise EnvFileError(f"{path}: is a directory; give the path of a data.json file")
+    if path.exists() and not path.is_file():  # a pipe would wait for a writer
+        raise EnvFileError(f"{path}: {not_a_file(path)}")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

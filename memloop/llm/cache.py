@@ -58,7 +58,7 @@ class ResponseCache:
         # processes opening a new cache at once would otherwise read each other's half-made
         # file (sqlite: "database disk image is malformed"): one opens it at a time
         try:
-            with self._init_lock, file_lock(f"{self.path}.lock"):
+            with self._init_lock, file_lock(f"{self.path}.lock", "the response cache's lock"):
                 self._open_checked()
         except OSError as exc:  # the lock file beside it: read-only folder, full disk, ...
             raise self._failure("open", exc) from None

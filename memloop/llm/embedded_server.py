@@ -32,6 +32,7 @@ from memloop.llm.errors import ModelFileError
 from memloop.llm.model_files import PackagedModel, ensure_model_file
 
 READY_PREFIX = "MEMLOOP_SERVER_LISTENING "
+SERVER_LOCK = "the embedded model server's lock (held while a server starts or stops)"
 START_NOTICE = True  # a line on stderr while the model starts (off under --no-progress)
 
 
@@ -73,7 +74,7 @@ class EmbeddedServer:
     def start(self) -> EmbeddedServer:
         if self._lease is not None:
             return self
-        with runtime.held(self.lock_path):
+        with runtime.held(self.lock_path, what=SERVER_LOCK):
             lease = runtime.open_lock_file(self.lease_path)
             try:
                 if not self._attach(lease):
@@ -196,7 +197,7 @@ class EmbeddedServer:
             return
         pid = self._pid
         try:
-            with runtime.held(self.lock_path):
+            with runtime.held(self.lock_path, what=SERVER_LOCK):
                 if runtime.try_flock(lease, fcntl.LOCK_EX):  # nobody else holds a lease
                     address = runtime.read_address(self.address_path)
                     if address is not None and address["pid"] == pid:

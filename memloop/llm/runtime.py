@@ -31,7 +31,7 @@ from pathlib import Path
 
 from memloop.core import interrupt
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_writer
+from memloop.core.files import atomic_writer, wait_for_flock
 
 THREADS_ENV = "MEMLOOP_THREADS"
 TURN_FILE = "turn.lock"
@@ -101,11 +101,18 @@ def wait_flock(fd: int, operation: int) -> None:
 
 
 @contextlib.contextmanager
-def held(path: Path, operation: int = fcntl.LOCK_EX) -> Iterator[int]:
-    """The lock file `path` held for the block (its fd given)."""
+def held(path: Path, operation: int = fcntl.LOCK_EX, what: str | None = None) -> Iterator[int]:
+    """The lock file `path` held for the block (its fd given).
+
+    With `what`, a long wait is said on stderr with the holder (`core.files.wait_for_flock`);
+    compute turns wait in silence (taking turns is the normal way two servers share cores).
+    """
     fd = open_lock_file(path)
     try:
-        wait_flock(fd, operation)
+        if what is None:
+            wait_flock(fd, operation)
+        else:
+            wait_for_flock(fd, operation, path, what)
         yield fd
     finally:
         os.close(fd)

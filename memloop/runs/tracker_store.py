@@ -408,16 +408,16 @@ def store_failure(exc: BaseException, tracking_uri: str, db: Path | None) -> str
         exc,
         lambda e: isinstance(e, sqlite3.OperationalError) or type(e) is sqlite3.DatabaseError,
     )
+    text = (str(sqlite_error).strip() or type(sqlite_error).__name__) if sqlite_error else ""
+    store = f"{tracking_uri}: the MLflow store"
+    if "full" in text:  # before the moved check: a new store on a full disk was never made
+        return f"{store} cannot grow ({text}); free some disk space, then rerun to resume"
     if db is not None and (sqlite_error is not None or _moved(db)):
         if _moved(db) or not db.exists():
             return _moved_message(tracking_uri)
     if sqlite_error is not None:
-        text = str(sqlite_error).strip() or type(sqlite_error).__name__
-        store = f"{tracking_uri}: the MLflow store"
         if "locked" in text or "busy" in text:
             return f"{store} is locked by another program ({text}); rerun to resume"
-        if "full" in text:
-            return f"{store} cannot grow ({text}); free some disk space, then rerun to resume"
         if "readonly" in text or "read-only" in text:
             return f"{store} cannot be written ({text}); check its permissions, then rerun"
         return (

@@ -126,6 +126,36 @@ def test_atomic_writes_replace_whole_files_and_leave_no_temp(tmp_path):
     assert target.read_text() == "new\n" and oct(target.stat().st_mode & 0o777) == "0o644"
 
 
+def no_space(*args):
+    """What a write or an fsync on a full disk raises: no file named."""
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_under_an_atomic_write_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    """Issue 57: a full disk under --out was a 31-line traceback (the OSError named no file)."""
+    target = tmp_path / "out" / "metrics.json"
+    target.parent.mkdir()
+    monkeypatch.setattr("memloop.core.files.os.fsync", no_space)
+    err = io.StringIO()
+    assert exit_on_user_error(lambda: atomic_write_text(target, "{}"), stream=err) == 2
+    assert err.getvalue() == (
+        f"memloop: error: {target}: No space left on device (the disk is full: free space or "
+        "choose another folder)\n"
+    )
+    assert list(target.parent.iterdir()) == []  # no temporary file left
+
+
+def test_a_full_disk_that_names_no_file_is_still_one_line():
+    err = io.StringIO()
+    assert exit_on_user_error(lambda: no_space(), stream=err) == 2
+    assert err.getvalue() == (
+        "memloop: error: writing: No space left on device (the disk is full: free space or "
+        "choose another folder)\n"
+    )
+
+
 def test_hashes(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"abc" * 1000)
@@ -195,3 +225,47 @@ def test_a_check_report_groups_its_outcomes_by_the_section_they_ran_in():
         "has a view",
         "closes twice",
     ]
+
+
+def test_a_long_lock_wait_is_said_once_naming_the_holder(tmp_path, monkeypatch, capsys):
+    """Issue 57: a hung lock holder made later commands wait without a word."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from memloop.core import files
+
+    lock = tmp_path / "store.db.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+                import sys, time
+                from memloop.core.files import file_lock
+                with file_lock({str(lock)!r}):
+                    print("held", flush=True)
+                    time.sleep(1.5)
+            """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        monkeypatch.setattr(files, "LOCK_NOTICE_S", 0.2)
+        started = time.monotonic()
+        with files.file_lock(lock, "the MLflow store's lock"):
+            waited = time.monotonic() - started
+            mine = lock.read_text()
+    finally:
+        holder.wait(timeout=30)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"memloop: waiting for the MLflow store's lock ({lock}), held by process "
+        f"{holder.pid} (-c); Ctrl-C stops"
+    ]
+    assert waited > 0.2  # it did wait for the holder, then took the lock
+    assert mine.startswith(f"process {os.getpid()} ")  # and says so to the next one

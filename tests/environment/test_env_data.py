@@ -127,3 +127,11 @@ def test_load_items_raises_one_line_user_error(tmp_path: Path) -> None:
 def test_load_missing_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(EnvFileError, match="no such file"):
         load_items(tmp_path / "absent.json")
+
+
+def test_a_data_file_that_is_a_pipe_is_refused_without_waiting(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "data.json")  # reading it would wait for a writer forever
+    with pytest.raises(EnvFileError, match="is not a regular file"):
+        load_items(tmp_path / "data.json")

@@ -613,3 +613,21 @@ def test_eval_escapes_a_policy_name_and_a_user_id_in_its_bars_and_errors(
         f"user user-{EVIL_SHOWN}, period 0 (in respond, at broken.py:{line})"
     ]
     assert "\u202e" not in err and "\x1b[31m" not in err
+
+
+def test_a_full_disk_under_out_is_one_line_naming_the_file(tmp_path, capsys, fake, monkeypatch):
+    """Issue 57: an eval whose --out folder's disk is full ended in a 31-line traceback."""
+    import errno
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    save_items(generate_procedural(users=2, periods=1, questions=1, seed=5), tmp_path / "env.json")
+    (tmp_path / "native.yaml").write_text("type: native\n")
+    monkeypatch.setattr("memloop.core.files.os.fsync", no_space)
+    assert run_eval(tmp_path, tmp_path / "native.yaml", fake) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert line.startswith(f"memloop: error: {tmp_path / 'run'}")
+    assert line.endswith(
+        ": No space left on device (the disk is full: free space or choose another folder)"
+    )

@@ -381,7 +381,7 @@ def test_a_lock_file_that_cannot_be_made_beside_the_cache_is_one_line_naming_it(
     argv = commands("llm check", tmp_path, valid_server)
     cache = tmp_path / "cache" / "responses.sqlite"
 
-    def no_lock(path):
+    def no_lock(path, what):
         raise OSError(error.errno, error.strerror, str(path))
 
     monkeypatch.setattr("memloop.llm.cache.file_lock", no_lock)

@@ -84,13 +84,20 @@ def test_a_policy_yaml_starts_from_a_file_relative_to_its_folder(tmp_path):
     [
         ("type: awi\nprompts_from: x.txt\nprompts: {writer: y}\n", "not both"),
         ("type: awi\nprompts_from: missing.txt\n", "missing.txt: no such file"),
+        # issue 57: a folder and a pipe were "no such file" (and reading a pipe would wait)
+        ("type: awi\nprompts_from: folder\n", "folder: is a folder, not a file"),
+        ("type: awi\nprompts_from: pipe\n", "pipe: is not a regular file (a pipe"),
         ("type: awi\nprompts_from: 3\n", "expected a file or prompts:/NAME@ALIAS"),
         ("type: awi\nprompts_from: 'prompts:/a@b@c'\n", "expected prompts:/NAME@ALIAS"),
         ("type: examples/x.py:P\nprompts_from: x.txt\n", "built-in policies only"),
     ],
 )
 def test_bad_prompts_from_is_one_line(tmp_path, body, needle):
+    import os
+
     (tmp_path / "x.txt").write_text("=== writer ===\nw\n")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
     with pytest.raises(UserError) as info:
         load_policy(policy_yaml(tmp_path, body), f"sqlite:///{tmp_path}/m.db")
     assert needle in str(info.value) and "\n" not in str(info.value)

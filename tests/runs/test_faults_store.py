@@ -532,3 +532,16 @@ def test_the_forms_that_work_keep_working(tmp_path, monkeypatch, form):
     assert not resumed and [m.value for m in mlc.get_metric_history(run_id, "m")] == [1.0]
     for remote in ("http://tracking-host:5000", "https://h", "postgresql://u@h/db", "databricks"):
         tracker.check_tracking_uri(remote)  # accepted as they are (MLflow's to open)
+
+
+def test_a_new_store_on_a_full_disk_is_not_called_deleted_or_moved(tmp_path):
+    """Issue 57: sqlite's "database or disk is full" while the store was being made (its file
+    never appeared) was reported as a store deleted or moved during the run."""
+    db = tmp_path / "mlruns" / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    full = sqlite3.OperationalError("database or disk is full")
+    assert not db.exists()
+    assert tracker_store.store_failure(full, uri, db) == (
+        f"{uri}: the MLflow store cannot grow (database or disk is full); free some disk space, "
+        "then rerun to resume"
+    )
