@@ -16,7 +16,9 @@ turns.json) into plain `SessionTrace` values; `tracker.log_traces` sends them. A
 Traces carry the conversation itself: they are a record of the run, like its episode folders,
 never a prompt (an evolved prompt holds no user's value; optimize/context.py checks).
 A trace's tags name its run's cycle, split, user, period and session; `memloop.trace` is its key
-in the run, so a resumed run logs only the traces it has not logged yet.
+in the run, so a resumed run logs only the traces it has not logged whole yet (`memloop.spans`
+says how many spans a whole one holds): what a kill left of a batch (traces in progress, keyed
+traces without their spans) is deleted and logged again (`tracker.logged_traces`).
 
 The trace list's Request and Response previews are memloop's (the opening message; what memory
 gained and lost, then the probes). MLflow also derives previews from the root span's inputs and

@@ -413,29 +413,76 @@ def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:
 # -- episodes as traces -------------------------------------------------------------------------
 
 
-def logged_traces(mlc, experiment_id: str, run_id: str) -> set[str]:
-    """The `memloop.trace` keys of the traces already logged for run `run_id`."""
-    keys: set[str] = set()
+SPANS_TAG = "memloop.spans"  # the spans a whole trace holds: a trace with fewer is partial
+
+
+def _run_traces(mlc, experiment_id: str, run_id: str, *, spans: bool) -> list[Any]:
+    """Every trace of run `run_id` (with their spans: those whose spans can be read)."""
+    import logging
+
+    found: list[Any] = []
     token = None
-    with store_errors(uri_of(mlc)):
+    # a trace whose span file was never written is left out of a search with spans, with a
+    # warning from MLflow's client per trace: the repair below removes it
+    quiet = logging.getLogger("mlflow.tracing.client")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
         while True:
             page = mlc.search_traces(
                 locations=[experiment_id],
                 run_id=run_id,
                 max_results=500,
                 page_token=token,
-                include_spans=False,
+                include_spans=spans,
             )
-            keys |= {t.info.tags[TRACE_TAG] for t in page if TRACE_TAG in t.info.tags}
+            found += list(page)
             token = page.token
             if not token:
-                return keys
+                return found
+    finally:
+        quiet.setLevel(level)
+
+
+def logged_traces(mlc, experiment_id: str, run_id: str) -> set[str]:
+    """The `memloop.trace` keys of the whole traces logged for run `run_id`.
+
+    Every other trace of the run (partial, orphaned or a second copy, left by a kill mid-batch)
+    is deleted. Whole: finished (state OK), keyed, and holding every span it was logged with
+    (`SPANS_TAG`). A kill while MLflow writes a batch leaves traces in progress without a key,
+    keyed traces whose spans were never written, or some spans only; the rerun logs those keys
+    again, so the run's traces are those of a run that was never interrupted.
+    """
+    with store_errors(uri_of(mlc)):
+        whole: dict[str, str] = {}  # key -> trace id
+        for trace in _run_traces(mlc, experiment_id, run_id, spans=True):
+            info = trace.info
+            key, expected = info.tags.get(TRACE_TAG), info.tags.get(SPANS_TAG)
+            spans = len(trace.data.spans)
+            # a trace logged before SPANS_TAG existed: whole when it has spans
+            complete = spans > 0 if expected is None else expected == str(spans)
+            if key is not None and key not in whole and str(info.state) == "OK" and complete:
+                whole[key] = info.trace_id
+        kept = set(whole.values())
+        broken = [
+            t.info.trace_id
+            for t in _run_traces(mlc, experiment_id, run_id, spans=False)
+            if t.info.trace_id not in kept
+        ]
+        for start in range(0, len(broken), 100):
+            mlc.delete_traces(experiment_id, trace_ids=broken[start : start + 100])
+    return set(whole)
+
+
+def _span_count(span: Span) -> int:
+    return 1 + sum(_span_count(child) for child in span.children)
 
 
 def log_traces(mlc, run_id: str, traces: list[SessionTrace]) -> int:
-    """Log each of `traces` not logged for run `run_id` before; how many were logged now.
+    """Log each of `traces` not logged whole for run `run_id` before; how many were logged now.
 
-    Each is linked to the run and grouped in MLflow sessions (one per user and cycle).
+    Each is linked to the run and grouped in MLflow sessions (one per user and cycle). What a
+    kill left of an earlier batch is repaired first (`logged_traces`).
     """
     if not traces or not traces_enabled():
         return 0
@@ -460,7 +507,11 @@ def log_traces(mlc, run_id: str, traces: list[SessionTrace]) -> int:
                 # the previews memloop computed; MLflow's own derivation from the root span's
                 # inputs and outputs (which may run later, in its store) gives the same text
                 mlflow.update_current_trace(
-                    tags={**trace.tags, TRACE_TAG: trace.key},
+                    tags={
+                        **trace.tags,
+                        TRACE_TAG: trace.key,
+                        SPANS_TAG: str(_span_count(trace.root)),
+                    },
                     session_id=trace.session_id,
                     user=trace.user,
                     request_preview=trace.request_preview or None,

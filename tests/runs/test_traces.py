@@ -366,3 +366,82 @@ def test_previews_are_memloops_in_two_fresh_stores_one_logged_with_both_cores_bu
         busy = previews_in_a_fresh_store(tmp_path / "busy", traces)
     assert quiet == expected
     assert busy == expected
+
+
+# -- an interrupted batch heals (issue 57, point 5) ------------------------------------------
+
+TRACES = 24
+BATCH = """
+import os, sys, threading
+import mlflow
+from memloop.runs import tracker
+from memloop.testing.traces import made_up_traces
+
+uri, run_id, how, sig, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), [0]
+traces = made_up_traces(int(sys.argv[5]))
+update, flush = mlflow.update_current_trace, mlflow.flush_trace_async_logging
+
+
+def stop():
+    os.kill(os.getpid(), sig)
+
+
+def counted(*args, **kwargs):  # stop at the batch's middle trace, before its end
+    count[0] += 1
+    if how == "mid-batch" and count[0] == len(traces) // 2:
+        stop()
+    return update(*args, **kwargs)
+
+
+def flushing(*args, **kwargs):  # stop while MLflow writes the queued traces
+    threading.Timer(0.05, stop).start()
+    return flush(*args, **kwargs)
+
+
+mlflow.update_current_trace, mlflow.flush_trace_async_logging = counted, flushing
+tracker.log_traces(tracker.client(uri), run_id, traces)
+"""
+
+
+def stored(mlc, experiment_id: str, run_id: str) -> tuple[list, int]:
+    """(key, state, spans) of the run's traces whose spans can be read; all traces of the run."""
+    with_spans = tracker._run_traces(mlc, experiment_id, run_id, spans=True)
+    found = sorted(
+        (t.info.tags.get("memloop.trace", ""), str(t.info.state), len(t.data.spans))
+        for t in with_spans
+    )
+    return found, len(tracker._run_traces(mlc, experiment_id, run_id, spans=False))
+
+
+@pytest.mark.parametrize(
+    ("how", "signal_name"),
+    [("mid-flush", "SIGKILL"), ("mid-batch", "SIGINT"), ("mid-flush", "SIGTERM")],
+)
+def test_a_rerun_heals_a_trace_batch_interrupted_by_a_kill(tmp_path, how, signal_name):
+    """kill -9, Ctrl-C and TERM during a batch left orphan partial traces and keyed traces
+    without spans, which the rerun skipped; now the rerun's store equals an uninterrupted run's."""
+    import signal
+    import subprocess
+    import sys
+
+    from memloop.testing.traces import SPANS, made_up_traces
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "heal", uri)
+    cut, whole = (mlc.create_run(exp, run_name=n).info.run_id for n in ("cut", "whole"))
+    script = tmp_path / "batch.py"
+    script.write_text(BATCH)
+    sig = getattr(signal, signal_name)
+    argv = [sys.executable, str(script), uri, cut, how, str(int(sig)), str(TRACES)]
+    done = subprocess.run(argv, capture_output=True)
+    assert done.returncode in (-sig, 128 + sig, 1), done.stderr[-500:]  # it was stopped
+    left, _ = stored(mlc, exp, cut)
+    assert len([k for k, state, n in left if state == "OK" and n == SPANS]) < TRACES  # cut short
+    traces = made_up_traces(TRACES)
+    tracker.log_traces(mlc, cut, traces)  # the rerun
+    tracker.log_traces(mlc, whole, traces)  # a run never interrupted
+    assert stored(mlc, exp, cut) == stored(mlc, exp, whole)
+    found, total = stored(mlc, exp, cut)
+    assert found == sorted((f"k{i}", "OK", SPANS) for i in range(TRACES)) and total == TRACES
+    assert tracker.log_traces(mlc, cut, traces) == 0  # healed: a third run logs nothing
