@@ -30,7 +30,9 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
         raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    remove_stale_temporaries(target)
+    prefix = f".{target.name}.{os.getpid()}."  # the writer's pid: a killed one's is found stale
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
     try:
         handle: IO[Any]
         if mode == "wb":
@@ -51,6 +53,30 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(target: Path) -> None:
+    """Remove the temporary files a killed writer of `target` left beside it.
+
+    `atomic_writer`'s temporary names hold their writer's pid (`.NAME.PID.XXXX.tmp`); a kill -9
+    skips its clean-up. One whose writer is no longer alive is removed; a live writer's is kept.
+    """
+    import glob
+
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        pid = stale.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

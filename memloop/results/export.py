@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -457,9 +458,10 @@ def write_export(exported: Exported, fmt: str, out: Path, key_env: str | None = 
         raise UserError(f"--format {fmt}: one of {', '.join(FORMATS)}")
     if out.is_dir():
         raise UserError(f"--out {out}: is a folder; give a file name")
-    refuse_foreign_file(out, "--out", is_export, EXPORT_MARK)
-    if fmt == "dspy":
-        refuse_foreign_file(_source_of(out), "--out", _is_source_file, EXPORT_MARK)
+    if not (fmt == "dspy" and _interrupted_export(out)):
+        refuse_foreign_file(out, "--out", is_export, EXPORT_MARK)
+        if fmt == "dspy":
+            refuse_foreign_file(_source_of(out), "--out", _is_source_file, EXPORT_MARK)
     if fmt != "text" and SETTINGS_KEY in exported.prompts:
         raise UserError(
             f"--format {fmt}: cycle {exported.cycle}'s prompts carry policy settings "
@@ -484,23 +486,55 @@ def write_export(exported: Exported, fmt: str, out: Path, key_env: str | None = 
         raise UserError(f"--out {out}: {whole} exists and is no DSPy program folder; not replaced")
     program = dspy_program(exported)
     interrupt.check()  # loading DSPy takes a second
-    save_program(program, out)
-    # the whole program too, for DSPy's own loader: dspy.load(DIR, allow_pickle=True)
-    save_whole_program(program, whole)
+    # its three parts are written in a staging folder beside `out`, then moved into place: a kill
+    # while DSPy writes leaves the earlier export whole, one while they move leaves the staging
+    # folder, by which the rerun knows the moved parts as its own (`_interrupted_export`)
+    stage = _staging(out)
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
     source = _source_of(out)
+    save_program(program, stage / out.name)
+    # the whole program too, for DSPy's own loader: dspy.load(DIR, allow_pickle=True)
+    save_whole_program(program, stage / whole.name)
     module = f"{type(program).__module__}.{type(program).__qualname__}"
     atomic_write_json(
-        source,
+        stage / source.name,
         {
             **exported.source(),
             "module": module,
             "load": f"{type(program).__name__}().load({out.name!r}), or "
             f"dspy.load({whole.name!r}, allow_pickle=True)",
-            DIGEST_KEY: file_sha256(out),
+            DIGEST_KEY: file_sha256(stage / out.name),
         },
         indent=2,
     )
+    shutil.rmtree(whole, ignore_errors=True)
+    (stage / whole.name).replace(whole)
+    (stage / out.name).replace(out)
+    (stage / source.name).replace(source)
+    shutil.rmtree(stage)
     return [out, whole, source]
+
+
+def _staging(out: Path) -> Path:
+    """The folder a DSPy export to `out` is written in before its parts move into place."""
+    return out.with_name(f".{out.stem}.export.tmp")
+
+
+def _interrupted_export(out: Path) -> bool:
+    """Whether a DSPy export to `out` was killed while its parts moved into place.
+
+    Its staging folder is left, holding the `.source.json` of what it wrote; `out` is then that
+    export's (or not there yet), and may be replaced though its own `.source.json` is the
+    earlier one or missing.
+    """
+    stage = _staging(out)
+    if not stage.is_dir():
+        return False
+    pending = _small_json(stage / _source_of(out).name)
+    if not _is_source(pending):
+        return False
+    return not out.exists() or pending[DIGEST_KEY] == file_sha256(out)
 
 
 def _whole_program_dir(out: Path) -> Path:

@@ -90,9 +90,12 @@ def open_run(
     """(run id, resumed): the run tagged with `run_key`, or a new one with `params` (flat) logged.
 
     Looking up and creating happen under one lock shared by every process using the store (a
-    file lock beside a sqlite store), so two workers never create the same run twice.
+    file lock beside a sqlite store), so two workers never create the same run twice. A resumed
+    run gets the params it lacks: a kill between creating a run and logging its params left it
+    without them for good.
     """
     uri = uri_of(mlc)
+    flat = {k[:250]: str(v)[:6000] for k, v in sorted(params.items())}
     with store_errors(uri):
         with process_lock, store_lock(uri):
             found = mlc.search_runs(
@@ -102,13 +105,15 @@ def open_run(
                 run_id = found[0].info.run_id
                 if found[0].info.status != "RUNNING":
                     mlc.update_run(run_id, status="RUNNING")
+                logged = found[0].data.params
+                _log_params(mlc, run_id, {k: v for k, v in flat.items() if k not in logged})
                 return run_id, True
             all_tags = {KEY_TAG: run_key, "mlflow.runName": run_name, **(tags or {})}
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
             run = mlc.create_run(exp_id, run_name=run_name, tags=all_tags)
             run_id = run.info.run_id
-        _log_params(mlc, run_id, {k[:250]: str(v)[:6000] for k, v in sorted(params.items())})
+        _log_params(mlc, run_id, flat)
         return run_id, False
 
 

@@ -269,3 +269,35 @@ def test_a_long_lock_wait_is_said_once_naming_the_holder(tmp_path, monkeypatch, 
     ]
     assert waited > 0.2  # it did wait for the holder, then took the lock
     assert mine.startswith(f"process {os.getpid()} ")  # and says so to the next one
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    """Issue 57: a kill -9 while a figure was written left a 0-byte `.svg.tmp` for good."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    target = tmp_path / "cycles.svg"
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from memloop.core.files import atomic_writer\n"
+            f"with atomic_writer({str(target)!r}, 'wb'):\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdout.readline() == "writing\n"
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith(f".cycles.svg.{writer.pid}.") and left.stat().st_size == 0
+    alive = tmp_path / f".cycles.svg.{os.getpid()}.abc.tmp"  # a live writer's: kept
+    alive.write_bytes(b"")
+    atomic_write_text(target, "<svg/>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, "cycles.svg"])

@@ -90,6 +90,82 @@ def test_dspy_export_loads_into_the_policys_program(evolved, tmp_path):
     assert type(loaded) is AWIProgram and program_prompts(loaded) == saved
 
 
+KILLED_EXPORT = """
+import os, pathlib, signal, sys
+from memloop.experiments.cli import main
+
+run, out, point, sig = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+replace = pathlib.Path.replace
+
+
+def killing(self, target):  # stopped at `point`: the file moved (or renamed) then
+    if self.name == point:
+        os.kill(os.getpid(), sig)
+    return replace(self, target)
+
+
+pathlib.Path.replace = killing
+main(["export", run, "--format", "dspy", "--cycle", "2", "--out", str(out)])
+"""
+
+
+def export_files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too) by its path, with its bytes."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    ("point", "signal_name"),
+    [
+        (".writer.json.tmp.json", "SIGKILL"),  # while DSPy writes the state
+        ("writer.json", "SIGTERM"),  # the program folder moved, the state not yet
+        ("writer.source.json", "SIGKILL"),  # the state moved, its source not yet
+    ],
+)
+def test_a_dspy_export_killed_midway_is_replaced_by_its_rerun(
+    evolved, tmp_path, point, signal_name
+):
+    """Issue 57: a half-written DSPy export blocked its own rerun ("a file memloop did not
+    write"). A kill at each step of writing over an earlier export; the rerun then writes what
+    an export never interrupted writes, and leaves nothing else."""
+    import signal
+    import subprocess
+    import sys
+
+    from memloop.experiments.cli import main
+
+    _, outcome = evolved
+    reference, folder = tmp_path / "reference", tmp_path / "killed"
+    for where in (reference, folder):
+        argv = ["export", str(outcome.run_dir), "--format", "dspy", "--out"]
+        assert main([*argv, str(where / "writer.json"), "--cycle", "1"]) == 0  # an earlier one
+    assert main([*argv, str(reference / "writer.json"), "--cycle", "2"]) == 0
+    script = tmp_path / "export.py"
+    script.write_text(KILLED_EXPORT)
+    sig = getattr(signal, signal_name)
+    done = subprocess.run(
+        [sys.executable, str(script), str(outcome.run_dir), str(folder / "writer.json")]
+        + [point, str(int(sig))],
+        capture_output=True,
+    )
+    assert done.returncode in (-sig, 128 + sig), done.stderr[-500:]
+    assert main([*argv, str(folder / "writer.json"), "--cycle", "2"]) == 0  # the rerun
+    files, expected = export_files(folder), export_files(reference)
+    assert set(files) == set(expected)  # nothing left over: no staging folder, no temporary
+    # the same bytes, but for the pickle of the whole program (pickling is not byte-stable
+    # from one process to another): the same program when loaded
+    pickle = "writer_program/program.pkl"
+    assert {k: v for k, v in files.items() if k != pickle} == {
+        k: v for k, v in expected.items() if k != pickle
+    }
+    import dspy
+
+    loaded = [dspy.load(str(f / "writer_program"), allow_pickle=True) for f in (folder, reference)]
+    assert program_prompts(loaded[0]) == program_prompts(loaded[1])
+
+
 def test_a_dspy_export_named_with_dots_is_written_and_says_nothing_else(evolved, tmp_path, capsys):
     """`--out a.b.json` was a 28-line traceback (DSPy refuses a program folder with a suffix);
     its program folder is now `a_b_program`, and DSPy's pickle warning is not printed."""

@@ -545,3 +545,36 @@ def test_a_new_store_on_a_full_disk_is_not_called_deleted_or_moved(tmp_path):
         f"{uri}: the MLflow store cannot grow (database or disk is full); free some disk space, "
         "then rerun to resume"
     )
+
+
+KILLED_OPENING = """
+import os, signal, sys
+from memloop.runs import tracker
+
+uri, sig = sys.argv[1], int(sys.argv[2])
+mlc = tracker.client(uri)
+exp = tracker.experiment_id(mlc, "opening", uri)
+tracker._log_params = lambda *args: os.kill(os.getpid(), sig)  # killed right after creating
+tracker.open_run(mlc, exp, "key-1", "run-1", {"spec.a": 1, "spec.b": "two"})
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT", "SIGTERM"])
+def test_a_run_killed_before_its_params_gets_them_when_resumed(tmp_path, signal_name):
+    """Issue 57: a kill just after an MLflow run was created lost its spec.* params for good
+    (an export then said "policy None"); the run resumed by its key now gets them."""
+    import signal
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    script = tmp_path / "opening.py"
+    script.write_text(KILLED_OPENING)
+    sig = getattr(signal, signal_name)
+    done = subprocess.run([sys.executable, str(script), uri, str(int(sig))], capture_output=True)
+    assert done.returncode in (-sig, 128 + sig, 1), done.stderr[-500:]
+    mlc = tracker.client(uri)
+    exp = tracker.experiment_id(mlc, "opening", uri)
+    (cut,) = mlc.search_runs([exp])
+    assert cut.data.params == {}  # created, then killed
+    run_id, resumed = tracker.open_run(mlc, exp, "key-1", "run-1", {"spec.a": 1, "spec.b": "two"})
+    assert resumed and run_id == cut.info.run_id
+    assert mlc.get_run(run_id).data.params == {"spec.a": "1", "spec.b": "two"}
