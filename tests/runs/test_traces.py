@@ -370,7 +370,7 @@ def test_previews_are_memloops_in_two_fresh_stores_one_logged_with_both_cores_bu
 
 # -- an interrupted batch heals (issue 57, point 5) ------------------------------------------
 
-TRACES = 24
+TRACES = 12
 BATCH = """
 import os, sys, threading
 import mlflow
