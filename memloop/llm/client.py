@@ -123,6 +123,9 @@ class LocalServer(Protocol):
     @property
     def progress(self) -> DecodeProgress: ...
 
+    @property
+    def key(self) -> str: ...  # the secret every request to it carries
+
 
 @dataclass
 class _EndpointGate:
@@ -315,6 +318,12 @@ class ChatClient:
                 self._resolved_base_url = self.endpoint.base_url.rstrip("/")
         return self._resolved_base_url
 
+    def _api_key(self) -> str:
+        """The key requests carry: the embedded server's secret, else the endpoint's key."""
+        if self.endpoint.is_local and self._server is not None:
+            return self._server.key
+        return self.endpoint.api_key()
+
     def _openai(self) -> openai.OpenAI:
         """This thread's OpenAI client of the endpoint.
 
@@ -337,10 +346,11 @@ class ChatClient:
                 size = self.endpoint.max_concurrency + 4  # the gate bounds the sum, not a pool
                 limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
                 ssl_context = httpx.create_ssl_context()
+                api_key = self._api_key()
                 connection.clients = [
                     openai.OpenAI(
                         base_url=base_url,
-                        api_key=self.endpoint.api_key(),
+                        api_key=api_key,
                         timeout=timeout,
                         max_retries=0,  # retries are ours: one policy for every endpoint
                         http_client=httpx.Client(
@@ -352,7 +362,7 @@ class ChatClient:
                 if plain:
                     connection.plain = PlainHTTP(
                         base_url,
-                        self.endpoint.api_key(),
+                        api_key,
                         timeout,
                         sdk=connection.clients[0],
                     )
@@ -573,6 +583,14 @@ class ChatClient:
                             f"{self.resolved_base_url()} was reached but broke off its answer "
                             f"{attempt} times for model {self.endpoint.model!r} "
                             f"({type(cause).__name__}: {_short(cause)}); check the server's log"
+                        ) from None
+                    if self.endpoint.is_local:  # there is no endpoint file to fix
+                        log = getattr(server, "log_path", None)
+                        raise EndpointUnreachable(
+                            f"the embedded model server at {self.resolved_base_url()} stopped "
+                            f"answering ({_short(error)}): it crashed or was stopped"
+                            + (f" (its log: {log})" if log else "")
+                            + "; rerun to resume: a new server starts"
                         ) from None
                     raise EndpointUnreachable(
                         f"cannot reach {self.resolved_base_url()} ({_short(error)}); start the "

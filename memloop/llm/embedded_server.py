@@ -7,6 +7,14 @@ waits its turn while another process starts it. A server never outlives its user
 lease on it, and it exits as soon as none does (even after a SIGKILL); the last user stops it on
 exit, Ctrl-C or exception. It runs in a session of its own, so a Ctrl-C at the terminal of one
 command does not stop the server another command is using.
+
+A server proves who it is before anything is sent to it or any signal (`proves_itself`): it
+listens on 127.0.0.1 only, and is started with a secret (`<id>.key`, readable by its user alone,
+handed over in its environment, never on its command line) that it requires of every request
+(llama.cpp's API keys) and that its process environment must hold; the process must own the
+listening socket of the address it gave. A process that does not prove it is never used and
+never signalled, whatever its command line says; a proven server busy with another process's
+requests is attached to however slowly it answers its health check.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import atexit
 import fcntl
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -32,6 +41,7 @@ from memloop.llm.errors import ModelFileError
 from memloop.llm.model_files import PackagedModel, ensure_model_file
 
 READY_PREFIX = "MEMLOOP_SERVER_LISTENING "
+KEY_ENV = "MEMLOOP_SERVER_KEY"  # the server's secret, in its environment (never its argv)
 SERVER_LOCK = "the embedded model server's lock (held while a server starts or stops)"
 START_NOTICE = True  # a line on stderr while the model starts (off under --no-progress)
 
@@ -64,6 +74,8 @@ class EmbeddedServer:
         self.lease_path = directory / f"{self.ident}.lease"
         self.address_path = directory / f"{self.ident}.json"
         self.log_path = directory / f"{self.ident}.log"
+        self.key_path = directory / f"{self.ident}.key"
+        self.key = ""  # the secret every request carries (read from key_path, or made anew)
         self._proc: subprocess.Popen | None = None  # when this process started the server
         self._lease: int | None = None
         self._pid: int | None = None
@@ -89,19 +101,22 @@ class EmbeddedServer:
         return self
 
     def _attach(self, lease: int) -> bool:
-        """Use the running server of this id, if it is alive and healthy."""
+        """Use the running server of this id, if it proves it is that server and is alive.
+
+        A server that proves itself is used even when its health check is slow (it may be busy
+        with another process's requests); one that does not is never signalled: its address
+        file is dropped and a server of our own is started.
+        """
         address = runtime.read_address(self.address_path)
         if address is None:
             return False
-        pid = address["pid"]
-        root = address["base_url"].removesuffix("/v1")
-        if runtime.is_server_process(pid) and _healthy(root, timeout_s=10.0):
+        pid, base_url = address["pid"], address["base_url"]
+        key = read_key(self.key_path)
+        if key and proves_itself(pid, base_url, key) and _answers(base_url.removesuffix("/v1")):
             # it takes the lease exclusively only under the lock we hold: never refused here
             if runtime.try_flock(lease, fcntl.LOCK_SH):
-                self._pid, self.base_url = pid, address["base_url"]
+                self._pid, self.base_url, self.key = pid, base_url, key
                 return True
-        if runtime.is_server_process(pid):  # alive but not answering: replace it
-            _terminate(pid)
         self.address_path.unlink(missing_ok=True)
         return False
 
@@ -116,6 +131,7 @@ class EmbeddedServer:
             )
         path = ensure_model_file(self.model)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.key = write_key(self.key_path)
         cmd = [
             sys.executable,
             "-m",
@@ -143,6 +159,7 @@ class EmbeddedServer:
                 stdin=subprocess.DEVNULL,
                 text=True,
                 start_new_session=True,  # a Ctrl-C at the terminal is for the command, not it
+                env={**os.environ, KEY_ENV: self.key},
             )
         self.started = True
         self._pid = self._proc.pid
@@ -182,7 +199,7 @@ class EmbeddedServer:
         """The server's decode-step count (the client's measure of a request's progress)."""
         if self._progress is None:
             assert self.base_url is not None, "start() the server first"
-            self._progress = DecodeProgress(self.base_url)
+            self._progress = DecodeProgress(self.base_url, self.key)
         return self._progress
 
     @property
@@ -204,8 +221,12 @@ class EmbeddedServer:
                         self.address_path.unlink(missing_ok=True)
                     if self._proc is not None:
                         self._terminate_own()
-                    elif pid is not None and runtime.is_server_process(pid):
-                        _terminate(pid)
+                    elif (
+                        pid is not None
+                        and self.base_url is not None
+                        and proves_itself(pid, self.base_url, self.key)
+                    ):
+                        _terminate(pid)  # it proved itself again: not a pid reused since
         except interrupt.Interrupted:
             pass  # exiting anyway: the server sees its last lease go and exits by itself
         finally:
@@ -243,8 +264,9 @@ class DecodeProgress:
 
     EVERY_S = 1.0
 
-    def __init__(self, base_url: str):
+    def __init__(self, base_url: str, key: str = ""):
         self.url = base_url.removesuffix("/v1") + "/metrics"
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._lock = threading.Lock()
         self._value: int | None = None
         self._read_at = float("-inf")
@@ -252,14 +274,16 @@ class DecodeProgress:
     def value(self) -> int | None:
         with self._lock:
             if time.monotonic() - self._read_at >= self.EVERY_S:
-                self._value = _decode_count(self.url)
+                self._value = _decode_count(self.url, self.headers)
                 self._read_at = time.monotonic()
             return self._value
 
 
-def _decode_count(url: str) -> int | None:
+def _decode_count(url: str, headers: dict[str, str]) -> int | None:
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5
+        ) as resp:
             text = resp.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -270,6 +294,106 @@ def _decode_count(url: str) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def read_key(path: Path) -> str:
+    """A server's secret from its key file ("" when there is none or another user could read it)."""
+    try:
+        if path.stat().st_mode & 0o077:
+            return ""  # readable by others: not a secret any more
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def write_key(path: Path) -> str:
+    """A new secret for a server, written to `path` readable by this user alone."""
+    key = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, key.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return key
+
+
+def proves_itself(pid: int, base_url: str, key: str) -> bool:
+    """Whether process `pid` is the embedded server started with `key`, listening at `base_url`.
+
+    The address is on 127.0.0.1; the process is a live memloop embedded server whose
+    environment holds `key` (a process of another user, or one started without the key, cannot
+    show it); it owns the socket listening on that port. Nothing is sent to the process.
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    if not key or parts.hostname != "127.0.0.1" or parts.port is None:
+        return False
+    if not runtime.is_server_process(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read().split(b"\0")
+    except OSError:
+        return False
+    if f"{KEY_ENV}={key}".encode() not in environ:
+        return False
+    return _listening_inode(parts.port) in _socket_inodes(pid)
+
+
+def _listening_inode(port: int) -> str | None:
+    """The inode of the socket listening on 127.0.0.1:`port` (/proc/net/tcp), or None."""
+    local = f"0100007F:{port:04X}"
+    try:
+        with open("/proc/net/tcp") as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                if fields[1] == local and fields[3] == "0A":  # 0A: LISTEN
+                    return fields[9]
+    except OSError:
+        return None
+    return None
+
+
+def _socket_inodes(pid: int) -> set[str | None]:
+    """The inodes of the sockets process `pid` holds open."""
+    found: set[str | None] = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:[") : -1])
+    found.discard(None)
+    return found
+
+
+HEALTH_WAIT_S = 10.0  # how long a newcomer waits for a proven server's health check
+
+
+def _answers(root: str) -> bool:
+    """Whether a proven server is still up: it answers its health check, or is busy.
+
+    A server computing for another process may take long to answer: a slow health check is
+    not a dead server (it was killed for it before, under everyone using it). Only a refused
+    connection is.
+    """
+    try:
+        with urllib.request.urlopen(root + "/health", timeout=HEALTH_WAIT_S) as resp:
+            return resp.status == 200
+    except urllib.error.HTTPError as exc:
+        return exc.code == 503  # loading, or no slot free
+    except (TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return not isinstance(reason, ConnectionRefusedError)
 
 
 def _healthy(root: str, timeout_s: float = 2.0) -> bool:
@@ -355,7 +479,12 @@ def _serve(argv: list[str]) -> int:
 
     import xllamacpp
 
+    key = os.environ.get(KEY_ENV, "")
+    if not key:
+        print(f"{KEY_ENV} is not set: the server is started by memloop only", file=sys.stderr)
+        return 2
     params = xllamacpp.CommonParams()
+    params.api_keys = [key]  # every request must carry it (/health and /v1/models excepted)
     params.model.path = args.model
     params.model_alias = {args.alias}
     params.n_parallel = args.slots

@@ -300,6 +300,7 @@ class FakeEmbedded:
     ident: str  # its compute turn's name (memloop.llm.runtime.ComputeTurn)
     base_url: str
     progress: DecodeProgress  # read from the fake's /metrics
+    key: str = "fake-embedded-key"  # the secret its requests carry (FakeOpenAIServer.auth_headers)
 
 
 def as_embedded(client: ChatClient, fake: FakeOpenAIServer) -> ChatClient:

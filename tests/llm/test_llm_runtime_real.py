@@ -116,3 +116,31 @@ def test_a_slowed_server_is_waited_for_and_a_repeat_reuses_the_prefix(tmp_path, 
     prompt = first["timings"]["prompt_n"] + first["timings"]["cache_n"]
     assert again["outcome"] == "ok"
     assert again["timings"]["cache_n"] >= prompt - 1  # all but the last token kept
+
+
+def test_the_real_server_requires_its_secret_and_proves_itself(local_client):
+    """Issue 57, point 3, on the real server: a request without the secret is refused (401), the
+    secret is in a file only its user can read, never on the command line, and the server
+    proves itself by it."""
+    import urllib.error
+
+    from memloop.llm import embedded_server
+
+    local_client.resolved_base_url()
+    server = local_client._server
+    root = server.base_url.removesuffix("/v1")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(root + "/metrics", timeout=30)
+    assert refused.value.code == 401
+    asked = urllib.request.Request(
+        root + "/metrics", headers={"Authorization": f"Bearer {server.key}"}
+    )
+    with urllib.request.urlopen(asked, timeout=30) as resp:
+        assert resp.status == 200
+    assert server.key_path.stat().st_mode & 0o777 == 0o600
+    assert server.key_path.read_text() == server.key and len(server.key) >= 40
+    with open(f"/proc/{server.pid}/cmdline", "rb") as fh:
+        assert server.key.encode() not in fh.read()
+    assert embedded_server.proves_itself(server.pid, server.base_url, server.key)
+    assert server.progress.value() is not None  # the decode count is read with the secret
+    assert local_client.chat([{"role": "user", "content": "Say hi."}], component="agent").text

@@ -378,7 +378,10 @@ def test_an_exported_mem0_config_extracts_with_the_evolved_prompt(local_client, 
 
     base_url = local_client.resolved_base_url()
     config = json.loads(awe_export(tmp_path, base_url).read_text())
-    config["llm"]["config"].update(model="local-0.5b", max_tokens=200)
+    # the embedded server answers only requests that carry its secret (issue 57, point 3); a
+    # served endpoint's key goes here the same way
+    key = local_client._server.key
+    config["llm"]["config"].update(model="local-0.5b", max_tokens=200, api_key=key)
     config["vector_store"]["config"]["path"] = str(tmp_path / "qdrant")
     config["history_db_path"] = str(tmp_path / "history.sqlite")
     memory = Memory.from_config(config)
