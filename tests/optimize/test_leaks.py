@@ -521,6 +521,32 @@ def private_prompt_policy(folder: Path, text: str, accept: bool | None = None) -
     return folder / "policy.yaml"
 
 
+class UserWith:
+    """A run user as the starting-prompt check reads one: its private values."""
+
+    def __init__(self, *values: str):
+        self.values = set(values)
+
+    def private_values(self) -> set[str]:
+        return self.values
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Most users lead quiet social lives.", "A quiet so\u03f2ial life is common."],
+    ids=["-ves plural", "look-alike letter"],
+)
+def test_a_prompt_file_with_the_audits_re_spellings_is_refused(tmp_path, text):
+    """Issue 57: a `prompts_from:` file holding a run user's value as the audit wrote it was
+    accepted."""
+    from memloop.core.errors import UserError
+    from memloop.runs.inputs import load_policy
+
+    policy = private_prompt_policy(tmp_path, text)
+    with pytest.raises(UserError, match="name 1 private value of this run's users"):
+        load_policy(policy, users=[UserWith("quiet_social_life")])
+
+
 def test_eval_refuses_a_starting_prompt_naming_a_users_value_unless_accepted(tmp_path, capsys):
     from memloop.environment.datafile import save_items
     from memloop.experiments.cli import main
