@@ -134,7 +134,9 @@ def url_problem(url: str, *, user_allowed: bool = False) -> str | None:
             "stored with the run (spec.json, MLflow)"
         )
     for name, given in parse_qsl(urlsplit(url).query, keep_blank_values=True):
-        if looks_secret(name) or looks_like_a_secret_value(given):
+        # a database driver's TLS files (sslkey, sslcert, ssl_key=/path/key.pem) are locations
+        named = looks_secret(name) and not name.lower().startswith("ssl")
+        if named or looks_like_a_secret_value(given):
             return (
                 f"has a query parameter {name!r} that looks like a secret, which would be stored "
                 "with the run (spec.json, MLflow)"

@@ -47,8 +47,8 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
         os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # a write or fsync that failed (a full disk): name the file
-            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        if exc.filename is None and exc.errno is not None:  # a failed write (a full disk)
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc  # names the file
         raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -63,16 +63,18 @@ def remove_stale_temporaries(target: Path) -> None:
     """
     import glob
 
+    # mkstemp's part is 8 characters of [a-z0-9_]: `.data.json.1234.x.tmp` is not `data`'s
+    mine = re.compile(rf"\.{re.escape(target.name)}\.(\d{{1,10}})\.[a-z0-9_]{{8}}\.tmp")
     for stale in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
-        pid = stale.name[len(target.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        found = mine.fullmatch(stale.name)
+        if found and not _alive(int(found.group(1))) and stale.is_file():
             stale.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:  # another user's process
         return True
@@ -318,8 +320,9 @@ def wait_for_flock(fd: int, operation: int, path: Path, what: str) -> None:
         interrupt.sleep(0.05)
     if operation == fcntl.LOCK_EX:
         command = " ".join(os.path.basename(a) for a in sys.argv[:2]) or "python"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} ({command})".encode(), 0)
+        with contextlib.suppress(OSError):  # the holder's name is a courtesy (a full disk)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"process {os.getpid()} ({command})".encode(), 0)
 
 
 LOCK_FILE = ".memloop.lock"

@@ -221,10 +221,8 @@ def _raw_tokens(text: str) -> list[_Token]:
                     if any(len(units[k].readings) > 1 for k in ks):
                         combos = itertools.product(*(units[k].readings for k in ks))
                         spelled = ("".join(c).casefold() for c in combos)
-                        alternatives = tuple(
-                            itertools.islice(
-                                dict.fromkeys([part.casefold(), *spelled]), MAX_READINGS
-                            )
+                        alternatives = _first_unique(
+                            itertools.chain([part.casefold()], spelled), MAX_READINGS
                         )
                 if not part.isalpha() and not part.isdigit():  # "c1ty": a digit in a word
                     alternatives = _leet(alternatives)
@@ -247,7 +245,21 @@ def _leet(readings: tuple[str, ...]) -> tuple[str, ...]:
         for r in readings
     )
     spelled = ("".join(c) for combos in per_reading for c in combos)
-    return tuple(itertools.islice(dict.fromkeys(spelled), MAX_READINGS))
+    return _first_unique(spelled, MAX_READINGS)
+
+
+def _first_unique(items: Iterable[str], n: int) -> tuple[str, ...]:
+    """The first `n` distinct `items`, taken lazily.
+
+    A word of many ambiguous letters or digits (a hash, an id) has more readings than could
+    ever be listed.
+    """
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item)
+        if len(seen) == n:
+            break
+    return tuple(seen)
 
 
 def _number_groups(tokens: list[str]) -> list[tuple[str, int, int]]:
@@ -392,7 +404,9 @@ class ValueIndex:
                 continue
             for spelling in _spellings(value):  # run together, a number is one token
                 for key in _joined(spelling):
-                    self.keys.setdefault(key, set()).add(value)
+                    # a stem shorter than a checked value ("Mars" -> "mar") would name "Mar"
+                    if len(key) >= MIN_CHARS:
+                        self.keys.setdefault(key, set()).add(value)
             self.longest = max(self.longest, len(ts))
             if len(ts) > 1:
                 v = _Value(value, tuple(stem(t) for t in ts))

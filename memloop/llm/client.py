@@ -337,7 +337,8 @@ class ChatClient:
         with connection.lock:
             if not connection.clients:
                 base_url = self.resolved_base_url()
-                plain = plain_http.usable(base_url)
+                # the embedded server on 127.0.0.1 is always reached directly, proxy or not
+                plain = self.endpoint.is_local or plain_http.usable(base_url)
                 # the embedded model: no deadline per request; the watchdog in _send gives up
                 # on a request only when the server has stopped making progress
                 timeout = MAX_TIMEOUT_S if self.endpoint.is_local else self.endpoint.timeout_s
@@ -354,7 +355,11 @@ class ChatClient:
                         timeout=timeout,
                         max_retries=0,  # retries are ours: one policy for every endpoint
                         http_client=httpx.Client(
-                            limits=limits, timeout=timeout, verify=ssl_context
+                            limits=limits,
+                            timeout=timeout,
+                            verify=ssl_context,
+                            # the embedded server: never through a proxy (its secret with it)
+                            trust_env=not self.endpoint.is_local,
                         ),
                     )
                     for _ in range(pools)

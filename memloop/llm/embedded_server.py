@@ -40,6 +40,9 @@ from memloop.llm import runtime
 from memloop.llm.errors import ModelFileError
 from memloop.llm.model_files import PackagedModel, ensure_model_file
 
+# the server is on 127.0.0.1: never through a proxy (http_proxy without no_proxy would route
+# its requests, and the secret they carry, through one)
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 READY_PREFIX = "MEMLOOP_SERVER_LISTENING "
 KEY_ENV = "MEMLOOP_SERVER_KEY"  # the server's secret, in its environment (never its argv)
 SERVER_LOCK = "the embedded model server's lock (held while a server starts or stops)"
@@ -112,11 +115,14 @@ class EmbeddedServer:
             return False
         pid, base_url = address["pid"], address["base_url"]
         key = read_key(self.key_path)
-        if key and proves_itself(pid, base_url, key) and _answers(base_url.removesuffix("/v1")):
+        proven = bool(key) and proves_itself(pid, base_url, key)
+        if proven and _answers(base_url.removesuffix("/v1")):
             # it takes the lease exclusively only under the lock we hold: never refused here
             if runtime.try_flock(lease, fcntl.LOCK_SH):
                 self._pid, self.base_url, self.key = pid, base_url, key
                 return True
+        if proven:  # ours, alive, but refusing connections: replaced, not left holding memory
+            _terminate(pid, base_url, key)
         self.address_path.unlink(missing_ok=True)
         return False
 
@@ -226,7 +232,7 @@ class EmbeddedServer:
                         and self.base_url is not None
                         and proves_itself(pid, self.base_url, self.key)
                     ):
-                        _terminate(pid)  # it proved itself again: not a pid reused since
+                        _terminate(pid, self.base_url, self.key)  # proved itself again
         except interrupt.Interrupted:
             pass  # exiting anyway: the server sees its last lease go and exits by itself
         finally:
@@ -281,9 +287,7 @@ class DecodeProgress:
 
 def _decode_count(url: str, headers: dict[str, str]) -> int | None:
     try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, headers=headers), timeout=5
-        ) as resp:
+        with _DIRECT.open(urllib.request.Request(url, headers=headers), timeout=5) as resp:
             text = resp.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -387,7 +391,7 @@ def _answers(root: str) -> bool:
     connection is.
     """
     try:
-        with urllib.request.urlopen(root + "/health", timeout=HEALTH_WAIT_S) as resp:
+        with _DIRECT.open(root + "/health", timeout=HEALTH_WAIT_S) as resp:
             return resp.status == 200
     except urllib.error.HTTPError as exc:
         return exc.code == 503  # loading, or no slot free
@@ -398,18 +402,24 @@ def _answers(root: str) -> bool:
 
 def _healthy(root: str, timeout_s: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(root + "/health", timeout=timeout_s) as resp:
+        with _DIRECT.open(root + "/health", timeout=timeout_s) as resp:
             return resp.status == 200 and json.loads(resp.read()).get("status") == "ok"
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
-def _terminate(pid: int) -> None:
-    """Stop a server this process did not start (SIGTERM, then SIGKILL after 10 s)."""
+def _terminate(pid: int, base_url: str, key: str) -> None:
+    """Stop a server this process did not start (SIGTERM, then SIGKILL after 10 s).
+
+    Each signal goes only to a process that proves it is that server (`proves_itself`): never
+    to a pid reused in the meantime.
+    """
     for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if not proves_itself(pid, base_url, key):
+            return
         try:
             os.kill(pid, sig)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             return
         deadline = time.monotonic() + wait_s
         while runtime.is_server_process(pid) and time.monotonic() < deadline:

@@ -198,6 +198,8 @@ def _credential_problem(key: str, setting: Any, fields: set[str]) -> str | None:
     if isinstance(setting, str) and "://" in setting:
         problem = url_problem(setting)
         if problem is not None:
+            if _secret_of(f"{key}_env", fields) is None:  # no `<key>_env` for this field
+                return f"the URL {problem}: remove the credential from it"
             return (
                 f"the URL {problem}: remove it, or give the whole URL through the environment: "
                 f"{key}_env: NAME"

@@ -508,7 +508,8 @@ def write_export(exported: Exported, fmt: str, out: Path, key_env: str | None = 
         },
         indent=2,
     )
-    shutil.rmtree(whole, ignore_errors=True)
+    if whole.exists():  # moved aside whole, then removed with the staging folder: a kill while
+        whole.replace(stage / "replaced")  # removing it never leaves half a program folder
     (stage / whole.name).replace(whole)
     (stage / out.name).replace(out)
     (stage / source.name).replace(source)

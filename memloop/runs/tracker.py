@@ -449,31 +449,43 @@ def _run_traces(mlc, experiment_id: str, run_id: str, *, spans: bool) -> list[An
         quiet.setLevel(level)
 
 
-def logged_traces(mlc, experiment_id: str, run_id: str) -> set[str]:
-    """The `memloop.trace` keys of the whole traces logged for run `run_id`.
+def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[str]:
+    """Which of `keys` (a batch's `memloop.trace` keys) run `run_id` holds whole traces of.
 
-    Every other trace of the run (partial, orphaned or a second copy, left by a kill mid-batch)
-    is deleted. Whole: finished (state OK), keyed, and holding every span it was logged with
-    (`SPANS_TAG`). A kill while MLflow writes a batch leaves traces in progress without a key,
-    keyed traces whose spans were never written, or some spans only; the rerun logs those keys
-    again, so the run's traces are those of a run that was never interrupted.
+    Whole: finished (state OK) and holding every span it was logged with (`SPANS_TAG`). A kill
+    while MLflow writes a batch leaves traces in progress without a key, keyed traces whose
+    spans were never written, or some spans only: those, and a second copy of a key, are
+    deleted, and the rerun logs their keys again, so the run's traces are those of a run never
+    interrupted. Only the batch's own traces have their spans read (a run's earlier cycles'
+    are not read again at every cycle).
     """
+    import logging
+
+    whole: dict[str, str] = {}  # key -> trace id
+    broken: list[str] = []
+    quiet = logging.getLogger("mlflow.tracing.client")  # a missing span file: its warning
+    level = quiet.level
     with store_errors(uri_of(mlc)):
-        whole: dict[str, str] = {}  # key -> trace id
-        for trace in _run_traces(mlc, experiment_id, run_id, spans=True):
-            info = trace.info
-            key, expected = info.tags.get(TRACE_TAG), info.tags.get(SPANS_TAG)
-            spans = len(trace.data.spans)
+        for info in (t.info for t in _run_traces(mlc, experiment_id, run_id, spans=False)):
+            key = info.tags.get(TRACE_TAG)
+            if key is not None and key not in keys:
+                continue  # another batch's
+            if key is None or key in whole or str(info.state) != "OK":
+                broken.append(info.trace_id)
+                continue
+            quiet.setLevel(logging.ERROR)
+            try:
+                spans = len(mlc.get_trace(info.trace_id).data.spans)
+            except Exception:  # its span file was never written
+                spans = 0
+            finally:
+                quiet.setLevel(level)
+            expected = info.tags.get(SPANS_TAG)
             # a trace logged before SPANS_TAG existed: whole when it has spans
-            complete = spans > 0 if expected is None else expected == str(spans)
-            if key is not None and key not in whole and str(info.state) == "OK" and complete:
+            if spans > 0 if expected is None else expected == str(spans):
                 whole[key] = info.trace_id
-        kept = set(whole.values())
-        broken = [
-            t.info.trace_id
-            for t in _run_traces(mlc, experiment_id, run_id, spans=False)
-            if t.info.trace_id not in kept
-        ]
+            else:
+                broken.append(info.trace_id)
         for start in range(0, len(broken), 100):
             mlc.delete_traces(experiment_id, trace_ids=broken[start : start + 100])
     return set(whole)
@@ -498,7 +510,7 @@ def log_traces(mlc, run_id: str, traces: list[SessionTrace]) -> int:
         experiment_id = mlc.get_run(run_id).info.experiment_id
         if _artifacts_moved(mlc, experiment_id):
             return 0  # MLflow would write trace files at the store's old, recorded place
-        done = logged_traces(mlc, experiment_id, run_id)
+        done = logged_traces(mlc, experiment_id, run_id, {t.key for t in traces})
         todo = [t for t in traces if t.key not in done]
         where = MlflowExperimentLocation(experiment_id)
         for trace in todo:

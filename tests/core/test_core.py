@@ -297,7 +297,7 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
     writer.wait()
     (left,) = tmp_path.iterdir()
     assert left.name.startswith(f".cycles.svg.{writer.pid}.") and left.stat().st_size == 0
-    alive = tmp_path / f".cycles.svg.{os.getpid()}.abc.tmp"  # a live writer's: kept
+    alive = tmp_path / f".cycles.svg.{os.getpid()}.abcdefgh.tmp"  # a live writer's: kept
     alive.write_bytes(b"")
     atomic_write_text(target, "<svg/>")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, "cycles.svg"])
