@@ -124,6 +124,9 @@ def test_values_are_matched_through_re_spellings():
         assert named(text, values) == expected, text
     # a value the replaced text already held (the author's seed prompt) is not a leak
     assert named("Ask whether they are actively moving.", values, "actively moving?") == []
+    # a stem shorter than a checked value is no key: "Mars" is not named by "Mar" (a month)
+    assert named("in Mar we met; a len test", {"Mars", "Lens"}) == []
+    assert named("on Mars with Lens", {"Mars", "Lens"}) == ["Lens", "Mars"]
     # a word's stem is its American singular (inflect's and breame's data): houses/house,
     # boxes/box, parties/party, children/child, lives/life, centres/center
     assert words("HTTPServer nut_allergies boxes houses party children lives centres") == [
