@@ -27,7 +27,8 @@ check: $(STAMP)
 # Two passes: the tests that start no model in parallel (two workers per core: they wait on
 # subprocesses, sockets and sleeps much of the time; each worker has its own caches and stores),
 # then the real-model ones one at a time (two embedded model servers on the same cores slow each
-# other down many times over).
+# other down many times over). `--dist worksteal`: an idle worker takes a busy one's queued tests
+# (the first pass took 443 s with it, 456 s without, in two clean-clone runs).
 WORKERS = $(shell $(PYTHON) -c "import os; print(2 * (os.cpu_count() or 1))" 2>/dev/null || echo 2)
 
 # The MLflow UI tests open pages in headless Chromium (Debian's; installed with apt when missing
@@ -38,7 +39,7 @@ chromium:
 	  { echo "need Chromium for the MLflow UI tests: apt-get install chromium"; exit 2; }
 
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not real_model and not slow and not scaleout"
 	$(BIN)/python -m pytest -q --durations=10 -m "(real_model or slow) and not scaleout"
 
 # Several machines' parts on real engines: PostgreSQL (installed with apt when missing and this
@@ -61,7 +62,7 @@ format: $(STAMP)
 
 # The first pass of `make test` alone: no model starts (about 4 min on 2 cores).
 test-fast: $(STAMP) chromium
-	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not real_model and not slow and not scaleout"
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not real_model and not slow and not scaleout"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_client.py
