@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
@@ -112,3 +115,15 @@ def program_gc() -> None:
     import gc
 
     gc.set_threshold(*PROGRAM_GC_THRESHOLDS)
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str) -> Iterator[None]:
+    """The library logger `name` shows errors only for the block, then its own level again."""
+    quiet = logging.getLogger(name)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)

@@ -7,7 +7,6 @@ saved in DSPy's JSON format; they hold no LM, so no endpoint URL or key can reac
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import dspy
 import pydantic
 
 from memloop.core.errors import UserError
+from memloop.core.settings import quiet_logger
 from memloop.llm.client import ChatClient
 from memloop.llm.dspy_lm import make_dspy_lm
 
@@ -166,13 +166,8 @@ def save_whole_program(program: dspy.Module, folder: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     # DSPy warns on save that loading pickles is unsafe: memloop writes them, the user's
     # `dspy.load(..., allow_pickle=True)` says it; no library line on memloop's output
-    quiet = logging.getLogger("dspy.primitives.base_module")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
+    with quiet_logger("dspy.primitives.base_module"):
         program.save(str(tmp), save_program=True)
-    finally:
-        quiet.setLevel(level)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from memloop.core.errors import UserError
 from memloop.core.files import safe_name, sqlite_file, store_lock
-from memloop.core.settings import traces_enabled
+from memloop.core.settings import quiet_logger, traces_enabled
 from memloop.runs.spec import KEY_TAG, RunSpec, git_revision
 from memloop.runs.traces import TRACE_TAG, SessionTrace, Span
 from memloop.runs.tracker_store import (
@@ -419,20 +419,16 @@ def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:
 
 
 SPANS_TAG = "memloop.spans"  # the spans a whole trace holds: a trace with fewer is partial
+TRACING_LOGGER = "mlflow.tracing.client"
 
 
 def _run_traces(mlc, experiment_id: str, run_id: str, *, spans: bool) -> list[Any]:
     """Every trace of run `run_id` (with their spans: those whose spans can be read)."""
-    import logging
-
     found: list[Any] = []
     token = None
     # a trace whose span file was never written is left out of a search with spans, with a
-    # warning from MLflow's client per trace: the repair below removes it
-    quiet = logging.getLogger("mlflow.tracing.client")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
+    # warning from MLflow's client per trace (`logged_traces` removes such traces)
+    with quiet_logger(TRACING_LOGGER):
         while True:
             page = mlc.search_traces(
                 locations=[experiment_id],
@@ -445,8 +441,6 @@ def _run_traces(mlc, experiment_id: str, run_id: str, *, spans: bool) -> list[An
             token = page.token
             if not token:
                 return found
-    finally:
-        quiet.setLevel(level)
 
 
 def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[str]:
@@ -459,12 +453,8 @@ def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[s
     interrupted. Only the batch's own traces have their spans read (a run's earlier cycles'
     are not read again at every cycle).
     """
-    import logging
-
     whole: dict[str, str] = {}  # key -> trace id
     broken: list[str] = []
-    quiet = logging.getLogger("mlflow.tracing.client")  # a missing span file: its warning
-    level = quiet.level
     with store_errors(uri_of(mlc)):
         for info in (t.info for t in _run_traces(mlc, experiment_id, run_id, spans=False)):
             key = info.tags.get(TRACE_TAG)
@@ -473,13 +463,11 @@ def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[s
             if key is None or key in whole or str(info.state) != "OK":
                 broken.append(info.trace_id)
                 continue
-            quiet.setLevel(logging.ERROR)
             try:
-                spans = len(mlc.get_trace(info.trace_id).data.spans)
+                with quiet_logger(TRACING_LOGGER):  # a missing span file: its warning
+                    spans = len(mlc.get_trace(info.trace_id).data.spans)
             except Exception:  # its span file was never written
                 spans = 0
-            finally:
-                quiet.setLevel(level)
             expected = info.tags.get(SPANS_TAG)
             # a trace logged before SPANS_TAG existed: whole when it has spans
             if spans > 0 if expected is None else expected == str(spans):
