@@ -13,11 +13,8 @@ read; otherwise a missing or outdated file is downloaded.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -33,6 +30,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from memloop.core.settings import quiet_logger
 from memloop.environment.errors import EnvFileError
 
 PREFIX = "hf://"
@@ -124,25 +122,14 @@ def hub_offline() -> bool:
     return value.upper() in ENV_VARS_TRUE_VALUES
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Hide huggingface_hub's retry warnings: a failure ends as one line of ours instead."""
-    hub_logger = logging.getLogger("huggingface_hub")
-    level = hub_logger.level
-    hub_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        hub_logger.setLevel(level)
-
-
 def _fetch(name: str, ref: HfRef, filename: str | None) -> Path:
     """One file of the dataset, or (no filename) the snapshot folder of all its data.json files.
 
     From the cache, or the Hub unless offline; a failure is one EnvFileError naming the dataset.
     """
     try:
-        with _quiet():
+        # huggingface_hub's retry warnings: a failure ends as one line of ours instead
+        with quiet_logger("huggingface_hub"):
             if filename:
                 return Path(
                     str(
