@@ -284,6 +284,39 @@ def test_only_the_tracker_talks_to_mlflow():
     assert len(mlflow_uses(ast.parse(tracker))) > 20
 
 
+RECORDER = ROOT / "runs" / "recorder.py"
+RUN_LIFETIME = ("log_run", "open_run", "finish_run", "create_run", "set_terminated")
+
+
+def run_lifetime_calls(tree: ast.AST) -> list[str]:
+    """Calls that open or end an MLflow run (`tracker.log_run(...)`, `mlc.set_terminated(...)`)."""
+    return [
+        ast.unparse(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in RUN_LIFETIME
+    ]
+
+
+def test_only_the_recorder_opens_and_finishes_runs():
+    """runs/recorder.py is the one way a run reaches MLflow: no other module opens or ends one."""
+    found = {
+        str(path.relative_to(ROOT)): calls
+        for path in sorted(ROOT.rglob("*.py"))
+        if path not in TRACKER | {RECORDER}
+        and (calls := run_lifetime_calls(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert found == {}
+    # the check sees what it looks for, and the recorder is where the runs are opened and ended
+    assert run_lifetime_calls(ast.parse("tracker.finish_run(mlc, r)")) == ["tracker.finish_run"]
+    assert sorted(run_lifetime_calls(ast.parse(RECORDER.read_text(encoding="utf-8")))) == [
+        "tracker.finish_run",
+        "tracker.finish_run",
+        "tracker.log_run",
+    ]
+
+
 POLICY_CLASS = """
 class Mine:
     name = "mine"

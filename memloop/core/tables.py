@@ -1,7 +1,8 @@
 """Tables for the terminal, CSV or Markdown: one formatter for every table memloop prints.
 
-Also the one set of column names: the same quantity has the same header in every command
-(`metric_column`, `PAIRED_COLUMNS`), and a run's objective is named as such in its header.
+The paired comparison's column names (`PAIRED_COLUMNS`) are here; a metric's header is its row
+of the metric catalogue (feedback/metrics.py `metric_column`): the same quantity has the same
+header in every command, and a run's objective is named as such in its header.
 """
 
 from __future__ import annotations
@@ -15,19 +16,6 @@ Format = Literal["table", "csv", "md"]
 FORMATS: tuple[str, ...] = ("table", "csv", "md")
 WIDTH = 100  # a text table wider than this is split into parts (the key columns repeated)
 
-# metric -> its column header, the same in every command's tables
-METRIC_COLUMNS = {
-    "memory_score": "mem_score",
-    "state_accuracy": "state_acc",
-    "memory_gain": "mem_gain",
-    "factual_recall": "recall",
-    "overall": "overall",
-    "no_memory": "no_mem",
-    "upper_bound": "upper_bd",
-    "random": "random",
-    "state_chance": "chance",
-}
-OBJECTIVE_MARK = " (objective)"
 # the columns of a paired comparison (core.stats.Paired): users, mean difference, Student t
 # interval, sign-flip permutation p, users whose difference is > 0 / = 0 / < 0
 PAIRED_COLUMNS = ("n", "mean diff", "95% CI", "p (sign-flip)", "up/tied/down")
@@ -46,19 +34,6 @@ def printable(text: Any) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
-def metric_column(metric: str, *, objective: bool = False) -> str:
-    """The header of `metric` (``state_acc``), marked ``state_acc (objective)`` when it is one."""
-    name = METRIC_COLUMNS.get(metric, metric)
-    return name + OBJECTIVE_MARK if objective else name
-
-
-def objective_first(metrics: Sequence[str], objective: str | None) -> list[str]:
-    """`metrics` with `objective` moved to the front (unchanged when it is not among them)."""
-    if objective is None or objective not in metrics:
-        return list(metrics)
-    return [objective, *(m for m in metrics if m != objective)]
 
 
 def format_cost(value: float | None) -> str:

@@ -18,12 +18,11 @@ from memloop.core.tables import (
     format_cost,
     format_number,
     format_table,
-    metric_column,
-    objective_first,
 )
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.calibration import recall_null_reason
 from memloop.feedback.exposure import cap_recalls, exposure_fields
+from memloop.feedback.metrics import metric_column, objective_first
 from memloop.feedback.records import (
     SCORER_VERSION,
     PeriodRecall,
@@ -373,7 +372,7 @@ SCORE_COLUMNS = (
     "state_chance",
     "factual_recall",
 )
-DIAGNOSIS_COLUMNS = {"format": "format", "write": "write", "read": "read", "utilization": "util"}
+DIAGNOSIS_COLUMNS = {k: metric_column(k) for k in ("format", "write", "read", "utilization")}
 
 
 def format_metrics(metrics: dict[str, Any], fmt: str = "table", *, first: str | None = None) -> str:

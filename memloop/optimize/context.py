@@ -34,29 +34,23 @@ from memloop.feedback.records import QuestionRecord
 from memloop.feedback.summary import FeedbackSummary, episode_summary
 from memloop.llm.client import ChatClient
 from memloop.llm.roles import RoleClients
-from memloop.llm.usage import add_costs
 from memloop.optimize import confirm, registry
 from memloop.optimize.config import SPLITS, EnvSpec, EvolveConfig
 from memloop.optimize.contract import Evolver, Search, settings_record
 from memloop.optimize.replay_score import Screening
-from memloop.runs import gate_log, tracker
+from memloop.runs import tracker
 from memloop.runs.cycles import (
     CONFIRM_SPLIT,
-    CYCLE_METRICS,
     Confirmation,
     CycleRecord,
     Selection,
-    best_alias_cycle,
-    headline_values,
-    objective_curves,
     select_cycle,
-    val_per_user,
 )
 from memloop.runs.folder import open_run_folder
 from memloop.runs.inputs import load_environment, load_policy, roles
+from memloop.runs.recorder import EvolveRecord, recording
 from memloop.runs.spec import RunSpec
 from memloop.runs.store import CycleStore
-from memloop.runs.traces import episode_traces
 
 # ---------------------------------------------------------------- inputs
 
@@ -170,10 +164,6 @@ class RunOutcome:
 
 
 # ---------------------------------------------------------------- the context
-
-
-# the numbers a run's description names besides its objective
-HEADLINE_SHOWN = ("memory_score", "state_accuracy", "factual_recall")
 
 
 class RunContext:
@@ -466,11 +456,10 @@ class RunContext:
             return self._run(cycles)
 
     def _run(self, cycles: Iterable[CycleRecord]) -> RunOutcome:
-        mlc = tracker.client(self.config.tracking_uri)
-        exp = tracker.experiment_id(mlc, self.config.experiment_name, self.config.tracking_uri)
-        run_id, resumed = tracker.log_run(
-            mlc,
-            exp,
+        record = self.record()
+        with recording(
+            self.config.tracking_uri,
+            self.config.experiment_name,
             self.spec,
             self.name,
             tags={
@@ -479,193 +468,42 @@ class RunContext:
                 "memloop.policy": self.policy_config.display_name,
                 "memloop.prompt_name": self.prompt_registry_name,
             },
-        )
-        outcome = RunOutcome(
-            self.mode,
-            self.evolver_name,
-            self.search_name,
-            run_id,
-            self.run_dir,
-            resumed=resumed,
-            repeat=self.repeat,
-        )
-        atomic_write_json(
-            self.run_dir / "run.json", {"run_id": run_id, "key": self.key, "name": self.name}
-        )
-        versions: dict[int, int | None] = {}
-        try:
-            for record in cycles:
-                self.check_no_leak(record)
-                versions[record.cycle] = self.log_cycle(mlc, run_id, record)
-                outcome.cycles.append(record)
-            confirmation = confirm.confirm(self, outcome.cycles)
-        except BaseException:
-            tracker.finish_run(mlc, run_id, "KILLED")
-            raise
-        if confirmation is not None:
-            tracker.log_text(
-                mlc,
-                run_id,
-                confirmation.model_dump_json(indent=1),
-                f"{confirm.ARTIFACT}/{confirm.DECISION}",
+        ) as rec:
+            outcome = RunOutcome(
+                self.mode,
+                self.evolver_name,
+                self.search_name,
+                rec.run_id,
+                self.run_dir,
+                resumed=rec.resumed,
+                repeat=self.repeat,
             )
-        outcome.confirmation = confirmation
-        outcome.selection = select_cycle(outcome.cycles, self.objective, confirmation)
-        self.log_selection(mlc, run_id, outcome, versions)
-        tracker.finish_run(mlc, run_id)
+            atomic_write_json(
+                self.run_dir / "run.json",
+                {"run_id": rec.run_id, "key": self.key, "name": self.name},
+            )
+            versions: dict[int, int | None] = {}
+            for cycle in cycles:
+                self.check_no_leak(cycle)
+                versions[cycle.cycle] = record.log_cycle(rec, cycle)
+                outcome.cycles.append(cycle)
+            outcome.confirmation = confirm.confirm(self, outcome.cycles)
+            outcome.selection = select_cycle(outcome.cycles, self.objective, outcome.confirmation)
+            record.close(rec, outcome.cycles, outcome.confirmation, outcome.selection, versions)
         return outcome
 
-    def log_cycle(self, mlc: Any, run_id: str, record: CycleRecord) -> int | None:
-        """Metrics, artifacts and the registry version of one cycle.
-
-        Returns the version, or None when the search recorded no prompts for the cycle.
-        """
-        k = record.cycle
-        tracker.log_metrics(
-            mlc, run_id, {**objective_curves(record, self.objective), **record.metrics()}, step=k
-        )
-        for folder, text in self.store.artifacts(k).items():
-            tracker.log_text(mlc, run_id, text, f"{folder}/cycle_{k:02d}.json")
-        episodes = self.store.cycle_dir(k) / "episodes"
-        if episodes.is_dir():  # each user's sessions of the cycle's evaluation, as traces
-            splits = {item.id: s for s, items in self.users.items() for item in items}
-            traces = episode_traces(episodes, run_label=self.name, cycle=k, splits=splits)
-            tracker.log_traces(mlc, run_id, traces)
-        prompts = self.store.saved_prompts(k)
-        if prompts is None:
-            return None
-        return tracker.register_prompt(
-            mlc,
-            self.prompt_registry_name,
-            prompts,
-            cycle=k,
-            run_id=run_id,
-            score=record.score("val", self.objective),
+    def record(self) -> EvolveRecord:
+        """How this condition's run is recorded in MLflow (runs/recorder.py)."""
+        return EvolveRecord(
+            name=self.name,
+            mode=self.mode,
+            evolver=self.evolver_name,
+            search=self.search_name,
+            policy=self.policy_config.display_name,
             objective=self.objective,
+            users={s: [i.id for i in items] for s, items in self.users.items()},
+            store=self.store,
+            prompt_name=self.prompt_registry_name,
+            seeded=bool(self.initial_prompts),
+            run_dir=self.run_dir,
         )
-
-    def log_selection(
-        self, mlc: Any, run_id: str, outcome: RunOutcome, versions: dict[int, int | None]
-    ) -> None:
-        """The selected cycle: alias `best`, `selection.*` / `headline.*` params, a description.
-
-        The tag `memloop.cost_usd` sums every cycle's `cost_usd` (present when an endpoint had a
-        price).
-        """
-        cost = add_costs(*(sum(c.cost_usd.values()) for c in outcome.cycles if c.cost_usd))
-        chosen = outcome.selection
-        tags: dict[str, str] = {}
-        if cost is not None:  # the run's dollars so far, every cycle's work
-            tags["memloop.cost_usd"] = f"{cost:.6f}"
-        if chosen is None:
-            tracker.set_tags(mlc, run_id, tags)
-            return
-        self.log_gate(outcome)
-        # `best` follows the gate: the seed unless a cycle `improved` on it
-        version = versions.get(best_alias_cycle(chosen))
-        if self.initial_prompts and version is not None:
-            tracker.set_best(mlc, self.prompt_registry_name, version)
-        record = outcome.cycles[chosen.cycle]
-        # run-level numbers are params, not one-point charts: MLflow's run page and runs table
-        # show them; the per-cycle curves are the metrics
-        params: dict[str, str] = {"selection.cycle": str(chosen.cycle)}
-        if "test" in record.splits:
-            params.update(
-                headline_values({m: record.score("test", m) for m in (*CYCLE_METRICS, "users")})
-            )
-        gate = chosen.gate or {}
-        if gate:
-            params["selection.gate_n"] = str(gate["n"])
-            if gate.get("detectable") is not None:
-                params["selection.detectable_effect"] = f"{gate['detectable']:.4g}"
-        if outcome.confirmation is not None and outcome.confirmation.null is not None:
-            null = outcome.confirmation.null
-            tags["memloop.null_control"] = f"{null['what']}: {null['verdict']}"
-        if outcome.confirmation is not None:
-            params["confirmation.candidate"] = str(outcome.confirmation.candidate)
-            params["confirmation.users"] = str(len(outcome.confirmation.users))
-        tracker.log_params_once(mlc, run_id, params)
-        tags.update(
-            {
-                "memloop.selection": f"cycle {chosen.cycle}: {chosen.rule}",
-                "memloop.verdict": chosen.verdict
-                or "no candidate (the seed is best on validation)",
-            }
-        )
-        if gate:
-            detectable = gate.get("detectable")
-            tags["memloop.gate"] = (
-                f"cycle {chosen.candidate} vs seed on {gate['n']} {chosen.gate_users} users: "
-                f"{gate['verdict']}, mean {gate['mean']:+.3f}, p {gate['sign_flip_p']:.3g}, "
-                f"level {gate['level']:.3g}, detectable effect "
-                + ("n/a" if detectable is None else f"{detectable:.3f}")
-            )
-        tags[tracker.DESCRIPTION_TAG] = self.description(outcome, params, tags)
-        tracker.set_tags(mlc, run_id, tags)
-
-    def description(self, outcome: RunOutcome, params: dict[str, str], tags: dict[str, str]) -> str:
-        """The run's MLflow description: what ran, what was selected, the verdict, the headline."""
-        chosen = outcome.selection
-        assert chosen is not None
-        users = {s: len(items) for s, items in self.users.items()}
-        lines = [
-            f"**{self.name}**: {self.policy_config.display_name} under feedback `{self.mode}`, "
-            f"evolver `{self.evolver_name}`, search `{self.search_name}`; "
-            f"{len(outcome.cycles)} cycles; users: {users['train']} training, "
-            f"{users['val']} validation, {users['test']} test; objective `{self.objective}`.",
-            "",
-            f"Selected: {tags['memloop.selection']}. Verdict: {tags['memloop.verdict']}.",
-        ]
-        if "memloop.gate" in tags:
-            lines.append(f"Gate: {tags['memloop.gate']}.")
-        if f"headline.test_{self.objective}" in params:
-            lines += [
-                "",
-                f"Headline (selected cycle, {params['headline.test_users']} test users): "
-                f"{self.objective} {params[f'headline.test_{self.objective}']}"
-                + "".join(
-                    f", {m} {params[f'headline.test_{m}']}"
-                    for m in HEADLINE_SHOWN
-                    if m != self.objective
-                )
-                + ".",
-            ]
-        lines += [
-            "",
-            "Traces: each user's sessions of every cycle (Traces tab; group by session).",
-        ]
-        return "\n".join(lines)
-
-    def log_gate(self, outcome: RunOutcome) -> None:
-        """The run's gate log (runs/gate_log.py): each cycle's screen decisions, the selection."""
-        entries = []
-        for record in outcome.cycles:
-            step = self.store.step(record.cycle)
-            for decision in step.decisions if step is not None else []:
-                entries.append(decision)
-        chosen = outcome.selection
-        confirmation = outcome.confirmation
-        if confirmation is not None and confirmation.gate is not None:
-            entries.append(
-                gate_log.entry(
-                    "confirmation",
-                    f"cycle {confirmation.candidate} vs cycle 0 on confirm_"
-                    f"{confirmation.objective.value}",
-                    sorted(set(confirmation.scores) & set(confirmation.seed)),
-                    confirmation.gate,
-                )
-            )
-        elif chosen is not None and chosen.gate is not None:
-            objective = chosen.objective.value
-            pair = [outcome.cycles[k] for k in (chosen.candidate or 0, 0)]
-            users = sorted(set.intersection(*(set(val_per_user(r, objective)) for r in pair)))
-            entries.append(
-                gate_log.entry(
-                    "selection",
-                    f"cycle {chosen.candidate} vs cycle 0 on val_{chosen.objective.value}",
-                    users,
-                    chosen.gate,
-                )
-            )
-        if entries:
-            gate_log.record(self.run_dir, *entries)

@@ -6,7 +6,8 @@ import json
 import textwrap
 from typing import Any
 
-from memloop.core.tables import WIDTH, format_table, metric_column, printable
+from memloop.core.tables import WIDTH, format_table, printable
+from memloop.feedback.metrics import metric_column
 
 
 def print_outcomes(config: Any, outcomes: list[Any]) -> None:

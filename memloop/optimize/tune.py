@@ -46,6 +46,7 @@ from memloop.core.files import (
     store_lock,
 )
 from memloop.core.tables import format_table
+from memloop.feedback.metrics import trial_metrics
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.optimize.config import TuneConfig
 from memloop.optimize.context import (
@@ -58,10 +59,9 @@ from memloop.optimize.context import (
 from memloop.policies.config import apply_params
 from memloop.runs import tracker
 from memloop.runs.cycles import OBJECTIVE_SECTION, Confirmation, cost_metrics, headline_values
+from memloop.runs.recorder import Recorder, recording
 from memloop.runs.spec import RunSpec, differences
 
-# recorded per trial (user attributes, val_* metrics) and for the best trial on the test users
-TRIAL_METRICS = ("memory_score", "state_accuracy", "memory_gain", "overall", "factual_recall")
 OLD_IDENTITY_ATTR = "memloop.identity"  # before run specs: a key only
 SPEC_ATTR = "memloop.run_spec"
 INTERRUPTED_ATTR = "memloop.interrupted"  # system attribute of a trial stopped by Ctrl-C
@@ -487,7 +487,7 @@ class Tuner:
             group=split,
         )
 
-    def confirm_best(self, best: dict[str, Any], mlc, parent_id: str) -> Confirmation | None:
+    def confirm_best(self, best: dict[str, Any]) -> Confirmation | None:
         """The best trial against the policy's own settings on the confirmation users, once.
 
         None without confirmation users. The declaration (confirm/trial_<n>/declared.json) is
@@ -555,26 +555,24 @@ class Tuner:
             if self.default is not None:  # then the policy's own setting
                 study.enqueue_trial(self.default, skip_if_exists=True)
 
-        mlc = tracker.client(config.tracking_uri)
-        exp = tracker.experiment_id(mlc, config.experiment_name, config.tracking_uri)
-        parent_id, _ = tracker.log_run(
-            mlc,
-            exp,
+        with recording(
+            config.tracking_uri,
+            config.experiment_name,
             self.study_spec,
             f"tune-{config.study_name}",
             tags={"memloop.study": config.study_name},
-        )
-        try:
-            if not nothing_to_draw(study, config):  # a finished grid adds no trial
-                study.optimize(
-                    lambda trial: self.objective(trial, mlc, exp, parent_id),
-                    n_trials=config.trials,
-                    gc_after_trial=False,
-                    show_progress_bar=False,
-                )
-        except BaseException:
-            tracker.finish_run(mlc, parent_id, "KILLED")
-            raise
+        ) as study_run:
+            return self._run(study, study_run)
+
+    def _run(self, study: Any, study_run: Recorder) -> TuneOutcome:
+        config = self.config
+        if not nothing_to_draw(study, config):  # a finished grid adds no trial
+            study.optimize(
+                lambda trial: self.objective(trial, study_run),
+                n_trials=config.trials,
+                gc_after_trial=False,
+                show_progress_bar=False,
+            )
         outcome = summarize_study(study, config, self.added, self.ranked_on, self.default)
         if config.sampler == "grid":
             # every setting has a complete trial; the sampler also stops when the rest failed
@@ -587,10 +585,10 @@ class Tuner:
                     "(failed, or running in another worker): " + ", ".join(map(str, unfinished))
                 )
         if outcome.best:
-            outcome.test = self.test_best(outcome.best[0], mlc, parent_id)
-            outcome.confirmation = self.confirm_best(outcome.best[0], mlc, parent_id)
+            outcome.test = self.test_best(outcome.best[0], study_run)
+            outcome.confirmation = self.confirm_best(outcome.best[0])
             if outcome.confirmation is not None:
-                self.log_confirmation(outcome, mlc, parent_id)
+                self.log_confirmation(outcome, study_run)
             optuna_best = optuna_best_number(study)
             if optuna_best is not None and optuna_best != outcome.best[0]["number"]:
                 outcome.notes.append(
@@ -601,93 +599,87 @@ class Tuner:
                 )
         if outcome.trials:
             outcome.plots = study_plots(study, outcome, config.output_root)
-            tracker.log_figure(mlc, parent_id, outcome.plots)
+            study_run.figures(outcome.plots)
             if config.minimize_tokens:
                 outcome.pareto_plot = config.output_root / "pareto.png"
-        tracker.finish_run(mlc, parent_id)
         return outcome
 
-    def objective(self, trial, mlc, exp: str, parent_id: str):
+    def objective(self, trial, study_run: Recorder):
         """The trial's objective; a Ctrl-C marks the trial for a rerun (`requeue_interrupted`)."""
         try:
-            return self._objective(trial, mlc, exp, parent_id)
+            return self._objective(trial, study_run)
         except BaseException as e:
             # the flag too: an interrupted worker thread's error may arrive wrapped in another
             if isinstance(e, KeyboardInterrupt) or interrupt.interrupted():
                 trial.storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
             raise
 
-    def _objective(self, trial, mlc, exp: str, parent_id: str):
+    def _objective(self, trial, study_run: Recorder):
         config = self.config
         params = suggest(trial, config.space)
         name = f"trial-{trial.number}-{_folder(self.kind, params)}"
         tags = {"memloop.study": config.study_name, "memloop.trial": str(trial.number)}
         if RERUN_ATTR in trial.user_attrs:
             tags[RERUN_ATTR] = str(trial.user_attrs[RERUN_ATTR])
-        run_id, resumed = tracker.log_run(
-            mlc, exp, self.trial_spec(params), name, tags=tags, parent_run_id=parent_id
-        )
-        system = trial.storage.get_trial_system_attrs(trial._trial_id)
-        if resumed and (RERUN_ATTR in tags or "failed_trial" in system):
-            # the run the trial it reruns opened (stopped by Ctrl-C, or its worker died, retried
-            # by Optuna's heartbeat callback): named after this trial, the number of the table
-            tracker.name_run(mlc, run_id, name, tags)
-        started = time.perf_counter()
-        try:
-            result = self.evaluate("val", params)
-        except BaseException:
-            tracker.finish_run(mlc, run_id, "FAILED")
-            raise
-        m = result.metrics
-        tokens = sum(m["usage"].values()) / max(1, m["users"])
         objective = self.ranked_on
-        if m[objective] is None:
-            # The upper bound depends on the users and the endpoint, not on the trial: every
-            # trial would be undefined too, so no choice between them can be made.
-            tracker.finish_run(mlc, run_id, "FAILED")
-            raise UserError(
-                f"the {objective} is undefined on the {m['users']} validation users (the upper "
-                "bound never beats random on them): no trial can be ranked; add validation "
-                "users, use a stronger agent model, or set `objective: state_accuracy`"
+        with recording(
+            config.tracking_uri,
+            config.experiment_name,
+            self.trial_spec(params),
+            name,
+            tags=tags,
+            parent=study_run,
+        ) as rec:
+            system = trial.storage.get_trial_system_attrs(trial._trial_id)
+            if rec.resumed and (RERUN_ATTR in tags or "failed_trial" in system):
+                # the run the trial it reruns opened (stopped by Ctrl-C, or its worker died,
+                # retried by Optuna's heartbeat callback): named after this trial, the number of
+                # the table
+                rec.rename(name, tags)
+            started = time.perf_counter()
+            result = self.evaluate("val", params)
+            m = result.metrics
+            tokens = sum(m["usage"].values()) / max(1, m["users"])
+            if m[objective] is None:
+                # The upper bound depends on the users and the endpoint, not on the trial: every
+                # trial would be undefined too, so no choice between them can be made.
+                raise UserError(
+                    f"the {objective} is undefined on the {m['users']} validation users (the "
+                    "upper bound never beats random on them): no trial can be ranked; add "
+                    "validation users, use a stronger agent model, or set "
+                    "`objective: state_accuracy`"
+                )
+            score = m[objective]
+            for key in trial_metrics():
+                trial.set_user_attr(key, m[key])
+            trial.set_user_attr("tokens_per_user", tokens)
+            trial.set_user_attr("run_id", rec.run_id)
+            rec.metrics(
+                {
+                    **{f"val/{k}": m[k] for k in trial_metrics()},
+                    **{f"val/{k}": v for k, v in m["diagnosis"].items()},
+                    "val/tokens_per_user": tokens,
+                    **{f"tokens/{c}": float(v) for c, v in m["usage"].items()},
+                    **cost_metrics(m.get("cost_usd") or {}),
+                    "time/seconds": time.perf_counter() - started,
+                },
+                step=0,
             )
-        score = m[objective]
-        for key in TRIAL_METRICS:
-            trial.set_user_attr(key, m[key])
-        trial.set_user_attr("tokens_per_user", tokens)
-        trial.set_user_attr("run_id", run_id)
-        tracker.log_metrics(
-            mlc,
-            run_id,
-            {
-                **{f"val/{k}": m[k] for k in TRIAL_METRICS},
-                **{f"val/{k}": v for k, v in m["diagnosis"].items()},
-                "val/tokens_per_user": tokens,
-                **{f"tokens/{c}": float(v) for c, v in m["usage"].items()},
-                **cost_metrics(m.get("cost_usd") or {}),
-                "time/seconds": time.perf_counter() - started,
-            },
-            step=0,
-        )
-        tracker.finish_run(mlc, run_id)
         # the objective per trial, drawn first (the capital section), as evolve's per cycle
-        tracker.log_metrics(
-            mlc,
-            parent_id,
+        study_run.metrics(
             {f"val/{objective}": score, f"{OBJECTIVE_SECTION}/val_{objective}": score},
             step=trial.number,
         )
         self.added += 1
         return (score, tokens) if config.minimize_tokens else score
 
-    def log_confirmation(self, outcome: TuneOutcome, mlc, parent_id: str) -> None:
+    def log_confirmation(self, outcome: TuneOutcome, study_run: Recorder) -> None:
         """The decision as the study run's artifact and tags; how many these users made."""
         from memloop.runs.cycles import CONFIRM_ARTIFACT, CONFIRM_DECISION
 
         c = outcome.confirmation
         assert c is not None
-        tracker.log_text(
-            mlc,
-            parent_id,
+        study_run.text(
             c.model_dump_json(indent=1),
             f"{CONFIRM_ARTIFACT}/trial_{c.candidate}/{CONFIRM_DECISION}",
         )
@@ -698,7 +690,7 @@ class Tuner:
                 f"confirmation users: {c.gate['verdict']}, mean {c.gate['mean']:+.3f}, "
                 f"p {c.gate['sign_flip_p']:.3g}, level {c.gate['level']:.3g}"
             )
-        tracker.set_tags(mlc, parent_id, tags)
+        study_run.tags(tags)
         made = sorted((self.config.output_root / "confirm").glob("trial_*/decision.json"))
         if len(made) > 1:
             outcome.notes.append(
@@ -707,7 +699,7 @@ class Tuner:
                 "claim less: for a new claim, add fresh confirmation users"
             )
 
-    def test_best(self, best: dict[str, Any], mlc, parent_id: str) -> dict[str, Any] | None:
+    def test_best(self, best: dict[str, Any], study_run: Recorder) -> dict[str, Any] | None:
         """The best trial (by validation score) run on the test users; logged on the parent."""
         if not self.users["test"]:
             return None
@@ -716,12 +708,12 @@ class Tuner:
         row = {
             "trial": best["number"],
             **params,
-            **{k: m[k] for k in (*TRIAL_METRICS, "users")},
+            **{k: m[k] for k in (*trial_metrics(), "users")},
         }
         # the best trial's test numbers as the run's tags (a grown study may name another best
         # trial): numbers to read on the run's page, not one-point charts
         values = {
-            **{k: m[k] for k in TRIAL_METRICS},
+            **{k: m[k] for k in trial_metrics()},
             **m["diagnosis"],
             "users": m["users"],
         }
@@ -733,7 +725,7 @@ class Tuner:
             f"**tune {self.config.study_name}**: best trial {best['number']} ({setting}) on "
             f"validation; on {m['users']} test users {self.ranked_on} {shown}."
         )
-        tracker.set_tags(mlc, parent_id, tags)
+        study_run.tags(tags)
         atomic_write_json(self.config.output_root / "test_best.json", row)
         return row
 
@@ -873,7 +865,8 @@ def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
     """
     import textwrap
 
-    from memloop.core.tables import WIDTH, format_number, metric_column
+    from memloop.core.tables import WIDTH, format_number
+    from memloop.feedback.metrics import metric_column
 
     objective = outcome.objective.value
     best = {r["number"] for r in outcome.best}

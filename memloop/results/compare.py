@@ -39,6 +39,7 @@ from memloop.core.errors import UserError
 from memloop.core.tables import (
     printable,
 )
+from memloop.feedback.metrics import metric, paired_metrics
 from memloop.feedback.objective import LEGACY_OBJECTIVE
 from memloop.results.rows import (
     RunRow,
@@ -121,10 +122,10 @@ def curves(
 ) -> Any:
     """One run's numbers per cycle on `split`, what `plots.plot_cycles` draws.
 
-    Each of `cycles` holds the split's own values (`memory_score`, `factual_recall`,
-    `state_accuracy`: the pooled numbers of the tables), its `users`, its `state_chance`, and
-    `per_user`: {metric: the defined per-user values, in user-id order} of the memory score,
-    state accuracy, factual recall and memory gain ({} for a record without per-user values).
+    Each of `cycles` holds the split's own value of each paired metric of the catalogue
+    (feedback/metrics.py: the pooled numbers of the tables), its `users`, its `state_chance`, and
+    `per_user`: {metric: the defined per-user values, in user-id order} of the same metrics (a
+    probability only where it was read; {} for a record without per-user values).
     Beside them: the split, the selected cycle (`selected`, None without selection) and its rule,
     the objective (the selection's, else `objective`, else the legacy one) and the legend label
     `mode / evolver / model` (`none (no evolution) / model` for the baseline; `settings`, what sets
@@ -137,23 +138,14 @@ def curves(
         result = r.splits.get(split)  # type: ignore[call-overload]
         per_user = {}
         if result is not None and result.per_user:
-            for m in (
-                "memory_score",
-                "state_accuracy",
-                "state_prob",
-                "factual_recall",
-                "memory_gain",
-            ):
+            for m in paired_metrics():
                 values = [float(v) for _, v in sorted(user_scores(r, split, m).items())]
-                if values or m != "state_prob":  # state_prob only from the letter read
+                if values or not metric(m).probability:  # a probability only where it was read
                     per_user[m] = values
         cycles.append(
             {
                 "cycle": r.cycle,
-                "memory_score": r.score(split),
-                "factual_recall": r.score(split, "factual_recall"),
-                "state_accuracy": r.score(split, "state_accuracy"),
-                "state_prob": r.score(split, "state_prob"),
+                **{m: r.score(split, m) for m in paired_metrics()},
                 "state_chance": result.state_chance if result is not None else None,
                 "users": result.users if result is not None else 0,
                 "per_user": per_user,

@@ -23,21 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from memloop.core.files import atomic_savefig
 from memloop.core.stats import LEVEL, t_interval
+from memloop.feedback.metrics import metric_title, plotted_metrics
+from memloop.feedback.objective import Objective
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-# the metrics a figure can show, in their default order; memory gain only as a run's objective
-METRICS = ("memory_score", "state_accuracy", "state_prob", "factual_recall")
-OPTIONAL_METRICS = ("memory_gain",)
-NAMES = {
-    "memory_score": "normalized memory score",
-    "state_accuracy": "state accuracy",
-    "state_prob": "state probability (P of the true value)",
-    "factual_recall": "memory factual recall",
-    "memory_gain": "memory gain",
-}
 FORMATS = (".png", ".pdf", ".svg")
 PNG_DPI = 150  # sharp on screen and in a PDF made from the PNG; the PDF and SVG are vectors
 PANEL_WIDTH = 4.4  # inches
@@ -103,9 +95,14 @@ def metric_bands(history: Any, metric: str) -> list[Band]:
 
 
 def panel_metrics(histories: list[Any]) -> list[str]:
-    """The metrics with a value in some run: the runs' objectives first, then `METRICS` order."""
-    objectives = [h.objective for h in histories if h.objective in (*METRICS, *OPTIONAL_METRICS)]
-    order = list(dict.fromkeys([*objectives, *METRICS]))
+    """The metrics with a value in some run: the runs' objectives first, then the plotted ones.
+
+    The plotted ones are the catalogue's (feedback/metrics.py), in its order; an objective the
+    catalogue does not plot (memory gain) is drawn only as a run's objective.
+    """
+    plotted = plotted_metrics()
+    objectives = [h.objective for h in histories if h.objective in (*plotted, *Objective)]
+    order = list(dict.fromkeys([*objectives, *plotted]))
     return [m for m in order if any(metric_bands(h, m) for h in histories)]
 
 
@@ -121,7 +118,7 @@ def panel_title(metric: str, histories: list[Any], bands: list[list[Band]]) -> s
     splits = list(dict.fromkeys(h.split for h, b in zip(histories, bands, strict=True) if b))
     objective = " (objective)" if any(h.objective == metric for h in histories) else ""
     users = _span(band.n for b in bands for band in b)
-    return f"{NAMES[metric]}{objective} — {'/'.join(splits)} users, {users}"
+    return f"{metric_title(metric)}{objective} — {'/'.join(splits)} users, {users}"
 
 
 def chance_levels(metric: str, histories: list[Any]) -> list[tuple[float, str]]:
@@ -176,7 +173,7 @@ def cycles_figure(histories: list[Any], title: str = "") -> Figure:
                 values += _draw_run(ax, h, b, i, len(histories), colors[i])
         ax.set_title(panel_title(metric, histories, bands), fontsize=9)
         ax.set_xlabel("cycle")
-        ax.set_ylabel(NAMES[metric])
+        ax.set_ylabel(metric_title(metric))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlim(min(cycles) - 0.4, max(cycles) + 0.4)
         ax.grid(axis="y", color="0.9", lw=0.6)

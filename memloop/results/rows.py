@@ -19,6 +19,7 @@ from typing import Any
 from memloop.core.errors import UserError
 from memloop.core.files import json_sha256
 from memloop.core.stats import Paired
+from memloop.feedback.metrics import metric, paired_metrics
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.llm.usage import add_costs
@@ -35,15 +36,15 @@ from memloop.runs.cycles import (
 from memloop.runs.spec import CHOSEN, LIKE_TAG, RunSpec, differences, spec_from_params
 
 HEADLINE_SPLIT = "test"
-PAIRED_METRICS = ("memory_score", "state_accuracy", "memory_gain", "factual_recall")
-# with the letter read (probes.state_read: letters) also state_prob, after state accuracy
-PROB_METRICS = ("memory_score", "state_accuracy", "state_prob", "memory_gain", "factual_recall")
 
 
 def shown_metrics(rows: list[RunRow]) -> tuple[str, ...]:
-    """The metrics compare's tables show: state_prob only when a run of `rows` has it."""
-    has_prob = any(r.per_user.get("state_prob") for r in rows)
-    return PROB_METRICS if has_prob else PAIRED_METRICS
+    """The paired metrics compare's tables show: a probability only when a run of `rows` has it."""
+    return tuple(
+        m
+        for m in paired_metrics()
+        if not metric(m).probability or any(r.per_user.get(m) for r in rows)
+    )
 
 
 @dataclass
@@ -58,11 +59,7 @@ class RunRow:
     split: str  # the split the numbers below are on ("test"; "val" or "train" without one)
     n_users: int
     first: float | None  # memory score of cycle 0
-    selected: float | None  # memory score of the selected cycle
-    state_accuracy: float | None
-    memory_gain: float | None
     vs_first: Paired  # selected - cycle 0 per user, on the run's objective
-    factual_recall: float | None
     tokens: int
     scorer_version: str
     cost_usd: float | None = None  # dollars of every cycle's tokens; None: nothing had a price
@@ -80,7 +77,30 @@ class RunRow:
     settings_short: str = ""  # the same, values only (plot legends)
     is_baseline: bool = False  # a run of its group's baseline condition
     objective: str = LEGACY_OBJECTIVE.value  # what its cycle was selected on (validation users)
-    state_prob: float | None = None  # the letter read's mean P(true value); None: no letter read
+    # the selected cycle's value of each paired metric of the catalogue on `split` (None: not
+    # measured; state_prob: no letter read)
+    values: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def selected(self) -> float | None:
+        """The memory score of the selected cycle."""
+        return self.values.get("memory_score")
+
+    @property
+    def state_accuracy(self) -> float | None:
+        return self.values.get("state_accuracy")
+
+    @property
+    def memory_gain(self) -> float | None:
+        return self.values.get("memory_gain")
+
+    @property
+    def factual_recall(self) -> float | None:
+        return self.values.get("factual_recall")
+
+    @property
+    def state_prob(self) -> float | None:
+        return self.values.get("state_prob")
 
     @property
     def same_prompt_as_first(self) -> bool:
@@ -197,19 +217,15 @@ def make_row(
         split=split,
         n_users=result.users if result else 0,
         first=first_rec.score(split) if first_rec else None,
-        selected=chosen.score(split) if chosen else None,
-        state_accuracy=result.state_accuracy if result else None,
-        memory_gain=result.memory_gain if result else None,
         vs_first=Paired.of(
             user_scores(chosen, split, objective.value) if chosen else {},
             user_scores(first_rec, split, objective.value) if first_rec else {},
         ),
-        factual_recall=result.factual_recall if result else None,
         tokens=sum(sum(r.tokens.values()) for r in records),
         cost_usd=add_costs(*(sum(r.cost_usd.values()) for r in records if r.cost_usd)),
         scorer_version=chosen.scorer_version if chosen else SCORER_VERSION,
-        per_user={m: user_scores(chosen, split, m) for m in PROB_METRICS} if chosen else {},
-        state_prob=result.state_prob if result else None,
+        per_user={m: user_scores(chosen, split, m) for m in paired_metrics()} if chosen else {},
+        values={m: result.value(m) if result else None for m in paired_metrics()},
         repeat=int(tags.get("memloop.repeat", "0")),
         like=tags.get(LIKE_TAG),
         spec=spec_from_params(run.data.params),
@@ -249,7 +265,7 @@ def pair_with_baseline(rows: list[RunRow], baselines: list[RunRow]) -> None:
         base = by_repeat.get(r.repeat) or by_repeat[min(by_repeat)]
         r.baseline = base
         r.vs_baseline = {
-            m: Paired.of(r.per_user.get(m, {}), base.per_user.get(m, {})) for m in PROB_METRICS
+            m: Paired.of(r.per_user.get(m, {}), base.per_user.get(m, {})) for m in paired_metrics()
         }
 
 
@@ -421,8 +437,8 @@ def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
     out = []
     for (_, key), members in groups.items():
         mean, sd = {}, {}
-        for m in PAIRED_METRICS:
-            values = [v for v in (getattr(r, _ROW_FIELD[m]) for r in members) if v is not None]
+        for m in paired_metrics(probabilities=False):
+            values = [v for v in (r.values.get(m) for r in members) if v is not None]
             mean[m], sd[m] = _mean_sd(values)
         summary = RepeatSummary(
             key, len(members), max((r.n_users for r in members), default=0), mean, sd
@@ -430,7 +446,7 @@ def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
         paired = [r for r in members if r.baseline is not None]
         if paired:
             summary.same_prompt = all(r.same_prompt_as_baseline for r in paired)
-            for m in PAIRED_METRICS:
+            for m in paired_metrics(probabilities=False):
                 # matched per repeat: a user's condition and baseline values from the same draws
                 cond, base = [], []
                 for r in paired:
@@ -443,15 +459,6 @@ def repeat_summaries(rows: list[RunRow]) -> list[RepeatSummary]:
                 summary.diff_sd[m] = _mean_sd([d for d in diffs if d is not None])[1]
         out.append(summary)
     return out
-
-
-_ROW_FIELD = {
-    "memory_score": "selected",
-    "state_accuracy": "state_accuracy",
-    "state_prob": "state_prob",
-    "memory_gain": "memory_gain",
-    "factual_recall": "factual_recall",
-}
 
 
 def experiment_rows(tracking_uri: str, experiment: str, baseline: str = "none") -> list[RunRow]:

@@ -20,15 +20,15 @@ from memloop.core.tables import (
     format_cost,
     format_number,
     format_table,
+)
+from memloop.feedback.metrics import (
     metric_column,
     objective_first,
+    paired_metrics,
 )
 from memloop.feedback.records import SCORER_VERSION
 from memloop.results.rows import (
-    _ROW_FIELD,
     HEADLINE_SPLIT,
-    PAIRED_METRICS,
-    PROB_METRICS,
     RepeatSummary,
     RunGroup,
     RunRow,
@@ -133,7 +133,7 @@ def _metric_rows(
         return [[*lead, "all", *_same_prompt_columns()]]
     return [
         [*lead, metric_column(m), *_paired_columns(paired[m])]
-        for m in objective_first(PROB_METRICS, objective)
+        for m in objective_first(paired_metrics(), objective)
         if m in paired and (m != "state_prob" or paired[m].n)
     ]
 
@@ -245,11 +245,11 @@ def _group_blocks(
             "-" if r.selection is None else f"{r.selection.cycle} of {r.cycles}",
             n_cell(r),
             *(
-                [format_number(getattr(r, _ROW_FIELD[r.objective])), metric_column(r.objective)]
+                [format_number(r.values.get(r.objective)), metric_column(r.objective)]
                 if objective is None
                 else []
             ),
-            *(format_number(getattr(r, _ROW_FIELD[m])) for m in metrics),
+            *(format_number(r.values.get(m)) for m in metrics),
             r.tokens,
             *([format_cost(r.cost_usd)] if priced else []),
         ]
@@ -418,7 +418,7 @@ def format_repeats(
         mode, evolver, search = s.group
         return f"{mode}/{evolver}" + ("" if search == "episode" else f" ({search})")
 
-    metrics = objective_first(PAIRED_METRICS, objective)
+    metrics = objective_first(paired_metrics(probabilities=False), objective)
     blocks: list[Block] = [
         Table(
             "across repeats (each condition's selected prompt; mean ± SD over its repeats):",

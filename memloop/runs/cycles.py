@@ -22,27 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memloop.feedback.metrics import cycle_metrics
 from memloop.feedback.objective import LEGACY_OBJECTIVE, Objective
 from memloop.feedback.records import SCORER_VERSION
 from memloop.feedback.summary import SummaryReport
 
 if TYPE_CHECKING:
     from memloop.feedback.evaluate import EvaluationResult
-
-CYCLE_METRICS = (
-    "memory_score",
-    "state_accuracy",
-    "state_prob",
-    "memory_gain",
-    "overall",
-    "no_memory",
-    "factual_recall",
-    "format",
-    "write",
-    "read",
-    "utilization",
-    "memory_score_undefined_periods",
-)
 
 
 OBJECTIVE_SECTION = "Objective"
@@ -75,10 +61,11 @@ SELECTION_SPLIT: Split = "val"
 
 
 class SplitResult(BaseModel):
-    """One split's numbers in one cycle (CYCLE_METRICS plus the per-user scores).
+    """One split's numbers in one cycle (the catalogue's cycle metrics plus per-user scores).
 
     Fields added with scorer version 2 default to None / 0, so cycle records of version-1 runs
-    still load (compare labels them).
+    still load (compare labels them). A cycle metric of the catalogue (feedback/metrics.py)
+    without a field of its own is kept in `more`; `value(name)` reads either.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -99,6 +86,14 @@ class SplitResult(BaseModel):
     memory_score_undefined_periods: int = 0
     json_errors: int = 0
     per_user: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    more: dict[str, float | None] = Field(default_factory=dict)
+
+    def value(self, name: str) -> float | None:
+        """The split's value of metric `name` (None: not measured here)."""
+        if name in type(self).model_fields and name not in ("per_user", "more"):
+            value = getattr(self, name)
+            return None if value is None else float(value)
+        return self.more.get(name)
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any]) -> SplitResult:
@@ -116,6 +111,11 @@ class SplitResult(BaseModel):
             memory_score_undefined_periods=metrics["memory_score_undefined_periods"],
             json_errors=metrics.get("json_errors", 0),
             per_user=metrics.get("per_user", {}),
+            more={
+                name: metrics.get(name)
+                for name in cycle_metrics()
+                if name not in cls.model_fields and name not in metrics["diagnosis"]
+            },
             **metrics["diagnosis"],
         )
 
@@ -152,9 +152,8 @@ class CycleRecord(BaseModel):
         """
         out: dict[str, float | None] = {}
         for split, result in self.splits.items():
-            for name in CYCLE_METRICS:
-                value = getattr(result, name)
-                out[f"{split}/{name}"] = None if value is None else float(value)
+            for name in cycle_metrics():
+                out[f"{split}/{name}"] = result.value(name)
         out.update({f"tokens/{c}": float(v) for c, v in self.tokens.items()})
         out.update(cost_metrics(self.cost_usd))
         out.update({f"optimizer/{k}": v for k, v in self.extra.items()})
@@ -212,7 +211,7 @@ class CycleRecord(BaseModel):
 
     def score(self, split: str, metric: str = "memory_score") -> float | None:
         result = self.splits.get(split)  # type: ignore[call-overload]
-        return None if result is None else getattr(result, metric)
+        return None if result is None else result.value(metric)
 
 
 def cost_metrics(cost_usd: dict[str, float]) -> dict[str, float]:

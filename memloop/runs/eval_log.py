@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from memloop.feedback.evaluate import EvaluationResult
+from memloop.feedback.metrics import cycle_metrics
 from memloop.runs import tracker
-from memloop.runs.cycles import CYCLE_METRICS, CycleRecord, headline_values, objective_curves
+from memloop.runs.cycles import CycleRecord, headline_values, objective_curves
 from memloop.runs.inputs import prompt_file
+from memloop.runs.recorder import recording
 from memloop.runs.spec import RunSpec
 from memloop.runs.traces import episode_traces
 
@@ -46,54 +48,35 @@ def log_eval(
 ) -> tuple[str, str]:
     """Log a finished eval; (run id, run name). A rerun of the same eval continues its run."""
     name = eval_run_name(policy, spec)
-    mlc = tracker.client(tracking_uri)
-    exp = tracker.experiment_id(mlc, experiment, tracking_uri)
-    run_id, _ = tracker.log_run(
-        mlc,
-        exp,
-        spec,
-        name,
-        tags={
-            "memloop.feedback_mode": EVAL_MODE,
-            "memloop.evolver": name,
-            "memloop.search": EVAL_MODE,
-            "memloop.policy": policy,
-            "memloop.objective": objective,
-            **(tags or {}),
-        },
-    )
-    try:
+    run_tags = {
+        "memloop.feedback_mode": EVAL_MODE,
+        "memloop.evolver": name,
+        "memloop.search": EVAL_MODE,
+        "memloop.policy": policy,
+        "memloop.objective": objective,
+        **(tags or {}),
+    }
+    with recording(tracking_uri, experiment, spec, name, tags=run_tags) as rec:
         record = CycleRecord.of(0, {"test": result})
-        tracker.log_metrics(
-            mlc,
-            run_id,
-            {**objective_curves(record, objective), **record.metrics()},
-            step=0,
-        )
-        tracker.log_text(mlc, run_id, record.model_dump_json(indent=1), "cycle/cycle_00.json")
-        tracker.log_text(mlc, run_id, _json(prompts), "prompts/cycle_00.json")
-        params = headline_values({m: record.score("test", m) for m in (*CYCLE_METRICS, "users")})
-        tracker.log_params_once(mlc, run_id, params)
+        rec.metrics({**objective_curves(record, objective), **record.metrics()}, step=0)
+        rec.text(record.model_dump_json(indent=1), "cycle/cycle_00.json")
+        rec.text(_json(prompts), "prompts/cycle_00.json")
+        params = headline_values({m: record.score("test", m) for m in (*cycle_metrics(), "users")})
+        rec.params(params)
         users = {u: "test" for u in record.splits["test"].per_user}
         episodes = out / "episodes"
         if episodes.is_dir():
-            tracker.log_traces(mlc, run_id, episode_traces(episodes, run_label=name, splits=users))
-        tracker.set_tags(
-            mlc,
-            run_id,
+            rec.traces(episode_traces(episodes, run_label=name, splits=users))
+        rec.tags(
             {
                 tracker.DESCRIPTION_TAG: (
                     f"**{name}**: `memloop eval` of {policy} on {params['headline.test_users']} "
                     f"users; {objective} {params[f'headline.test_{objective}']}. Traces: each "
                     "user's sessions (Traces tab)."
                 )
-            },
+            }
         )
-    except BaseException:
-        tracker.finish_run(mlc, run_id, "FAILED")
-        raise
-    tracker.finish_run(mlc, run_id)
-    return run_id, name
+    return rec.run_id, name
 
 
 def _json(value: Any) -> str:

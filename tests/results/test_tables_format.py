@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from memloop.core.tables import format_table, metric_column, objective_first
+from memloop.core.tables import format_table
+from memloop.feedback.metrics import metric_column, objective_first
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 from memloop.testing.commands import small_evolve
 

@@ -149,23 +149,16 @@ def log_import(metrics: dict[str, Any], tracking_uri: str, experiment: str) -> s
     """Log an import as one MLflow run (the same content again finds the same run); its id."""
     import json
 
-    from memloop.runs import spec, tracker
+    from memloop.runs import recorder, spec
 
-    mlc = tracker.client(tracking_uri)
-    exp = tracker.experiment_id(mlc, experiment, tracking_uri)
-    run_id, _ = tracker.log_run(
-        mlc,
-        exp,
+    with recorder.recording(
+        tracking_uri,
+        experiment,
         spec.import_spec(metrics, experiment),
         f"amemgym-import:{Path(metrics['imported_from']['run_dir']).name}",
         tags={"memloop.source": "amemgym-import"},
-    )
-    try:
+    ) as rec:
         for step, values in sorted(mlflow_metrics(metrics).items()):
-            tracker.log_metrics(mlc, run_id, values, step=step)
-        tracker.log_text(mlc, run_id, json.dumps(metrics, indent=2), "metrics.json")
-    except BaseException:
-        tracker.finish_run(mlc, run_id, "FAILED")
-        raise
-    tracker.finish_run(mlc, run_id)
-    return run_id
+            rec.metrics(values, step=step)
+        rec.text(json.dumps(metrics, indent=2), "metrics.json")
+    return rec.run_id

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from memloop.core.settings import DEFAULT_TRACKING_URI
-from memloop.core.tables import format_number, format_table, metric_column, objective_first
+from memloop.core.tables import format_number, format_table
 from memloop.experiments.commands.optimize_cmd import every_role_clients
 from memloop.experiments.commands.options import (
     add_cycles_option,
@@ -24,6 +24,7 @@ from memloop.experiments.commands.options import (
     add_tracking_uri_option,
     at_least_one,
 )
+from memloop.feedback.metrics import headline_metrics, metric_column, objective_first
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "quickstart.yaml"
 
@@ -191,7 +192,7 @@ def per_cycle_table(rows, fmt: str = "table") -> str:
     from memloop.results.tables import shared_objective
 
     objective = shared_objective(rows) if rows else None
-    metrics = objective_first(("memory_score", "state_accuracy", "factual_recall"), objective)
+    metrics = objective_first(headline_metrics(), objective)
     heads = [metric_column(m, objective=m == objective) for m in metrics]
     split = rows[0].split if rows else "test"
 
