@@ -30,8 +30,30 @@ EVAL_MODE = "eval"
 
 
 def eval_run_name(policy: str, spec: RunSpec) -> str:
-    """`eval-<policy>-<key>`: one name per eval (what `compare --baseline` takes)."""
-    return f"eval-{policy}-{spec.key()[:8]}"
+    """`eval-<policy>-<source>-<key>`: one name per eval, saying which prompts ran.
+
+    What `compare --baseline` takes; `<source>` is `source_label`'s.
+    """
+    source = spec.prompts_source or "seed"
+    return f"eval-{policy}-{source}-{spec.key()[:8]}"
+
+
+SOURCE_TAG = "memloop.prompts_source"
+
+
+def source_label(policy_yaml: str | Path, source_tags: dict[str, str]) -> str:
+    """Where a policy YAML's prompts come from, in a run's name.
+
+    `seed` (the policy's own), `inline` (its `prompts:`), the file `prompts_from:` names, or
+    the registry version it names, resolved (`NAME/VERSION`; `source_tags` are `prompts_source`'s).
+    """
+    from memloop.core.config import load_yaml_mapping
+
+    if "memloop.prompts_from.version" in source_tags:
+        return source_tags["memloop.prompts_from.version"]
+    if "memloop.prompts_from" in source_tags:
+        return Path(source_tags["memloop.prompts_from"]).name
+    return "inline" if "prompts" in load_yaml_mapping(Path(policy_yaml)) else "seed"
 
 
 def log_eval(
@@ -70,7 +92,8 @@ def log_eval(
         rec.tags(
             {
                 tracker.DESCRIPTION_TAG: (
-                    f"**{name}**: `memloop eval` of {policy} on {params['headline.test_users']} "
+                    f"**{name}**: `memloop eval` of {policy} with the prompts of "
+                    f"`{spec.prompts_source or 'seed'}` on {params['headline.test_users']} "
                     f"users; {objective} {params[f'headline.test_{objective}']}. Traces: each "
                     "user's sessions (Traces tab)."
                 )

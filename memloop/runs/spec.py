@@ -35,7 +35,7 @@ LONG_PARAM = 400  # a longer value is logged as its sha256 (MLflow cuts params a
 # what the optimizer chooses: left out of `like` (runs differing only here are paired)
 CHOSEN = ("mode", "objective", "optimizer", "seed", "repeat")
 # what two evals differ in when compared (the same users, endpoints and periods otherwise)
-EVAL_COMPARED = ("policy", "prompts_sha256")
+EVAL_COMPARED = ("policy", "prompts_sha256", "prompts_source")
 
 
 @functools.cache
@@ -87,6 +87,9 @@ class RunSpec(BaseModel):
     users: dict[str, list[str]] = Field(description="user ids per split, in order")
     policy: dict[str, Any] = Field(description="the policy config")
     prompts_sha256: str | None = Field(None, description="the write prompts the run starts from")
+    prompts_source: str | None = Field(
+        None, description="where an eval's prompts came from: seed, inline, a file, a registry"
+    )
     endpoints: dict[str, dict[str, Any]] = Field(description="role -> result-changing settings")
     evaluation: dict[str, Any] = Field(
         default_factory=dict, description="rounds, periods, summary budget, replay source, ..."
@@ -102,7 +105,10 @@ class RunSpec(BaseModel):
     # -- identity ------------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The spec as JSON; an unset `prompts_source` is left out (the keys runs had before)."""
+        return self.model_dump(
+            mode="json", exclude={"prompts_source"} if self.prompts_source is None else None
+        )
 
     def key(self) -> str:
         return json_sha256(self.identity())
@@ -211,6 +217,7 @@ def eval_spec(
     user_ids: list[str],
     policy: dict[str, Any],
     prompts_sha256: str,
+    prompts_source: str,
     endpoints: dict[str, dict[str, Any]],
     periods: int | None,
     rounds: dict[str, int],
@@ -218,7 +225,11 @@ def eval_spec(
     record_only: bool,
     probes: dict[str, Any] | None,
 ) -> RunSpec:
-    """`memloop eval`'s run: what changes its records (`probes` only when not the default)."""
+    """`memloop eval`'s run: what changes its records (`probes` only when not the default).
+
+    `prompts_source` (`eval_log.source_label`) too: the same text from two sources is two runs,
+    each named after its source.
+    """
     return RunSpec(
         kind="eval",
         environment=environment,
@@ -226,6 +237,7 @@ def eval_spec(
         policy=policy,
         # the prompts it starts from: an edited default prompt is another run
         prompts_sha256=prompts_sha256,
+        prompts_source=prompts_source,
         endpoints=endpoints,
         evaluation={
             "periods": periods,

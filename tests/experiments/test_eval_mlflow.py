@@ -128,6 +128,39 @@ def test_prompts_from_an_exported_file_and_a_registry_version_are_tagged_with_th
     assert runs["evolved.txt"]["memloop.prompts_from.cycle"] == "1"
 
 
+def test_the_same_text_from_two_sources_is_two_runs_each_named_after_its_source(
+    tmp_path, fake, capsys
+):
+    """An eval's name, description and compare's row say which prompts ran; one text given
+    inline and from a file is two runs, neither source dropped."""
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    text = "Record what the user says about their life."
+    (tmp_path / "same.txt").write_text("=== writer ===\n" + text + "\n")
+    from_file = tmp_path / "from-file.yaml"
+    from_file.write_text("type: awi\nprompts_from: same.txt\n")
+    inline = tmp_path / "inline.yaml"
+    inline.write_text(f"type: awi\nprompts:\n  writer: {text}\n")
+    assert main(eval_args(tmp_path, fake, from_file, "f", uri)) == 0
+    assert main(eval_args(tmp_path, fake, inline, "i", uri)) == 0
+    assert main(eval_args(tmp_path, fake, POLICIES / "awi.yaml", "s", uri)) == 0
+    capsys.readouterr()
+    mlc = tracker.client(uri, create=False)
+    runs = mlc.search_runs([mlc.get_experiment_by_name("evals").experiment_id])
+    by_source = {r.data.tags["memloop.prompts_source"]: r for r in runs}
+    assert sorted(by_source) == ["inline", "same.txt", "seed"]
+    for source, run in by_source.items():
+        tags = run.data.tags
+        key = tags["memloop.run_key"][:8]
+        assert run.info.run_name == f"eval-{tags['memloop.policy']}-{source}-{key}"
+        assert f"with the prompts of `{source}`" in tags["mlflow.note.content"]
+    same = [by_source[s] for s in ("inline", "same.txt")]
+    hashes = [r.data.params["spec.prompts_sha256"] for r in same]
+    assert hashes[0] == hashes[1]  # one text, two runs
+    assert main(["compare", "--experiment", "evals", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert all(r.info.run_name in out for r in runs)
+
+
 def test_compare_pairs_two_evals_on_the_same_users(tmp_path, fake, capsys):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert main(eval_args(tmp_path, fake, POLICIES / "awi.yaml", "a", uri)) == 0

@@ -180,11 +180,16 @@ def run_eval(args: argparse.Namespace) -> int:
     # the JSON read's reason, when chosen, is state_prob's null reason in the metrics
     probes, _ = probes_for(probes, clients.agent.endpoint.returns_logprobs)
     prompts = policy_prompts(config, clients.agent)
+    from memloop.runs.eval_log import SOURCE_TAG, log_eval, prompts_source, source_label
+
+    source_tags = prompts_source(args.policy, tracking_uri)
+    source_tags[SOURCE_TAG] = source_label(args.policy, source_tags)
     spec = eval_spec(
         environment=describe_data_file(args.env),
         user_ids=[it.id for it in items],
         policy=config.model_dump(mode="json"),
         prompts_sha256=json_sha256(prompts),
+        prompts_source=source_tags[SOURCE_TAG],
         endpoints=clients.identity(),
         periods=periods,
         rounds={"init": args.rounds_init, "update": args.rounds_update},
@@ -230,7 +235,6 @@ def run_eval(args: argparse.Namespace) -> int:
             ),
         )
     from memloop.feedback.objective import Objective
-    from memloop.runs.eval_log import log_eval, prompts_source
 
     # the measure the agent's runs are ranked on by default comes first
     first = Objective.default_for(
@@ -245,7 +249,7 @@ def run_eval(args: argparse.Namespace) -> int:
         prompts=prompts,
         result=result,
         out=out,
-        tags=prompts_source(args.policy, tracking_uri),
+        tags=source_tags,
     )
     print(format_metrics(result.metrics, args.format, first=first))
     info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
