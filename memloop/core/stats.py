@@ -192,6 +192,22 @@ class Paired:
         """`3/1/1`: users up / tied / down."""
         return f"{self.up}/{self.tied}/{self.down}"
 
+    def cells(self) -> list[str]:
+        """A table's cells (core.tables.PAIRED_COLUMNS): n, mean diff, interval, p, up/tied/down.
+
+        The interval is the t interval, or why there is none. A memory score is undefined where
+        the upper bound does not beat random: n counts the users where both sides define it.
+        """
+        if self.mean is None:
+            return ["0", "n/a", "-", "-", "-"]
+        return [
+            str(self.n),
+            f"{self.mean:+.3f}",
+            self.interval_text(),
+            format_p(self.sign_flip_p),
+            self.counts_text(),
+        ]
+
     def __str__(self) -> str:
         """`+0.110 [+0.02,+0.20] p=0.062 n=5 up/tied/down 3/1/1`."""
         if self.mean is None:

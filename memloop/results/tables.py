@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memloop.core.stats import EXACT_MAX, SMALL_N, Paired, format_p
+from memloop.core.stats import EXACT_MAX, SMALL_N, Paired
 from memloop.core.tables import (
     FORMATS,
     PAIRED_COLUMNS,
@@ -104,23 +104,6 @@ class Heading:
 Block = str | Table | Heading  # a line of text ("" a blank line), a table or a heading
 
 
-def _paired_columns(p: Paired) -> list[str]:
-    """n, mean difference, t interval (or why none), sign-flip p, users up/tied/down.
-
-    A memory score is undefined where the upper bound does not beat random: n counts the users
-    where both sides define the metric.
-    """
-    if p.mean is None:
-        return ["0", "n/a", "-", "-", "-"]
-    return [
-        str(p.n),
-        f"{p.mean:+.3f}",
-        p.interval_text(),
-        format_p(p.sign_flip_p),
-        p.counts_text(),
-    ]
-
-
 def _same_prompt_columns() -> list[str]:
     return ["-", SAME_PROMPT, "-", "-", "-"]
 
@@ -132,7 +115,7 @@ def _metric_rows(
     if same:
         return [[*lead, "all", *_same_prompt_columns()]]
     return [
-        [*lead, metric_column(m), *_paired_columns(paired[m])]
+        [*lead, metric_column(m), *paired[m].cells()]
         for m in objective_first(paired_metrics(), objective)
         if m in paired and (m != "state_prob" or paired[m].n)
     ]
@@ -273,11 +256,7 @@ def _group_blocks(
                 [
                     name(r, r.condition),
                     "-" if r.selection is None else f"0 -> {r.selection.cycle}",
-                    *(
-                        _same_prompt_columns()
-                        if r.same_prompt_as_first
-                        else _paired_columns(r.vs_first)
-                    ),
+                    *(_same_prompt_columns() if r.same_prompt_as_first else r.vs_first.cells()),
                 ]
                 for r in rows
             ],
@@ -447,7 +426,7 @@ def format_repeats(
                 if m in s.pooled:
                     sd = s.diff_sd.get(m)
                     table.append(
-                        [label(s), metric_column(m), *_paired_columns(s.pooled[m])]
+                        [label(s), metric_column(m), *s.pooled[m].cells()]
                         + ["-" if sd is None else f"{sd:.3f}"]
                     )
         blocks += [

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core import interrupt
-from memloop.feedback.metrics import cycle_metrics, headline_metrics
+from memloop.core.stats import Paired
+from memloop.core.tables import PAIRED_COLUMNS, format_table
+from memloop.feedback.metrics import (
+    cycle_metrics,
+    headline_metrics,
+    metric_column,
+    paired_metrics,
+)
 from memloop.feedback.objective import Objective
 from memloop.llm.usage import add_costs
 from memloop.runs import gate_log, tracker
@@ -38,6 +45,7 @@ from memloop.runs.cycles import (
     best_alias_cycle,
     headline_values,
     objective_curves,
+    per_user_values,
     val_per_user,
 )
 from memloop.runs.spec import RunSpec
@@ -189,6 +197,8 @@ class EvolveRecord:
             rec.tags(tags)
             return
         self.log_gate(cycles, confirmation, chosen)
+        rec.text(comparison_text(cycles, chosen, confirmation, self.objective), COMPARISON)
+        rec.text(prompt_diff(self.store, chosen.cycle), PROMPT_DIFF)
         # `best` follows the gate: the seed unless a cycle `improved` on it
         version = versions.get(best_alias_cycle(chosen))
         if self.seeded and version is not None:
@@ -259,7 +269,9 @@ class EvolveRecord:
             ]
         lines += [
             "",
-            "Traces: each user's sessions of every cycle (Traces tab; group by session).",
+            f"Against the seed (Artifacts): the paired comparison `{COMPARISON}`, the prompt "
+            f"diff `{PROMPT_DIFF}`. Traces: each user's sessions of every cycle (Traces tab; "
+            "group by session).",
         ]
         return "\n".join(lines)
 
@@ -295,3 +307,80 @@ class EvolveRecord:
             )
         if entries:
             gate_log.record(self.run_dir, *entries)
+
+
+COMPARISON = "comparison/vs_seed.md"  # the run's paired result against its baseline, the seed
+PROMPT_DIFF = "comparison/prompts_vs_seed.diff"
+
+
+def comparison_text(
+    cycles: list[CycleRecord],
+    chosen: Selection,
+    confirmation: Confirmation | None,
+    objective: Objective,
+) -> str:
+    """The selected cycle against the seed (cycle 0), paired user by user, as `compare` shows it.
+
+    On the test users when the run has them, else the validation users (where it was chosen:
+    said so); each paired metric of the catalogue; then the confirmation's own comparison on its
+    fresh users, and the verdict. A selection of the seed itself is said to be one.
+    """
+    selected, seed = cycles[chosen.cycle], cycles[0]
+    split = "test" if "test" in selected.splits else "val"
+    lines = [
+        f"# cycle {chosen.cycle} (selected: {chosen.rule}) vs cycle 0 (the seed)",
+        "",
+    ]
+    if chosen.cycle == 0:
+        lines.append("The selection is the seed itself: the comparison is of the seed with itself.")
+        lines.append("")
+    rows = []
+    for name in paired_metrics():
+        mine = per_user_values(selected.splits[split].per_user, name)  # type: ignore[index]
+        base = per_user_values(seed.splits[split].per_user, name)  # type: ignore[index]
+        if mine or base:
+            rows.append(
+                [metric_column(name, objective=name == objective), *Paired.of(mine, base).cells()]
+            )
+    where = "test users" if split == "test" else "validation users (the cycle was chosen on them)"
+    lines += [f"On the {where}:", "", format_table(["metric", *PAIRED_COLUMNS], rows, fmt="md")]
+    if confirmation is not None and confirmation.scores:
+        paired = Paired.of(confirmation.scores, confirmation.seed)
+        lines += [
+            "",
+            f"Confirmation, cycle {confirmation.candidate} vs the seed on "
+            f"{len(confirmation.users)} fresh users ({confirmation.objective.value}):",
+            "",
+            format_table(
+                ["metric", *PAIRED_COLUMNS],
+                [[confirmation.objective.value, *paired.cells()]],
+                fmt="md",
+            ),
+        ]
+    lines += ["", f"Verdict: {chosen.verdict or 'no candidate (the seed is best on validation)'}."]
+    return "\n".join(lines) + "\n"
+
+
+def prompt_diff(store: CycleStore, cycle: int) -> str:
+    """The unified diff of each prompt from the seed (cycle 0) to `cycle`; identical ones say so."""
+    import difflib
+
+    seed, mine = store.saved_prompts(0) or {}, store.saved_prompts(cycle) or {}
+    if seed == mine:
+        return f"cycle {cycle}'s prompts are the seed's, character for character\n"
+    out = []
+    for name in sorted(set(seed) | set(mine)):
+        before, after = seed.get(name, ""), mine.get(name, "")
+        if before == after:
+            out.append(f"=== {name}: unchanged\n")
+            continue
+        out.append(f"=== {name}\n")
+        out += difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"cycle 0/{name}",
+            tofile=f"cycle {cycle}/{name}",
+        )
+        if not out[-1].endswith("\n"):
+            out[-1] += "\n"
+    return "".join(out)

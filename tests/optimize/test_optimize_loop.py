@@ -12,6 +12,7 @@ import pytest
 from memloop.llm.client import ChatClient
 from memloop.llm.endpoint import Endpoint
 from memloop.optimize.config import EvolveConfig, TuneConfig, load_config
+from memloop.runs import tracker
 from memloop.runs.spec import RunSpec, git_revision
 from memloop.testing import (
     FakeOpenAIServer,
@@ -151,6 +152,23 @@ def test_two_cycles_logged_and_rerun_is_free(tmp_path, search, capsys):
     note = run_data.tags["mlflow.note.content"]
     assert run_data.tags["memloop.verdict"] in note and f"cycle {chosen}" in note
     assert run_data.tags["mlflow.source.name"] == "memloop evolve"
+    # the run page's paired result against the seed and the prompt diff, as artifacts
+    assert "comparison/vs_seed.md" in note and "comparison/prompts_vs_seed.diff" in note
+    comparison = tracker.artifact_text(mlc, o.run_id, "comparison/vs_seed.md")
+    (user,) = test_users
+    # state accuracy, paired on the one test user: the selected cycle minus the seed
+    acc = [o.cycles[k].splits["test"].per_user[user]["state_accuracy"] for k in (chosen, 0)]
+    row = next(line for line in comparison.splitlines() if line.startswith("| state_acc"))
+    assert [c.strip() for c in row.split("|")[2:4]] == ["1", f"{acc[0] - acc[1]:+.3f}"], row
+    assert f"Verdict: {run_data.tags['memloop.verdict']}." in comparison
+    diff = tracker.artifact_text(mlc, o.run_id, "comparison/prompts_vs_seed.diff")
+    seed_text = json.loads((o.run_dir / "cycle_00" / "prompts.json").read_text())["writer"]
+    expected = (
+        f"cycle {chosen}'s prompts are the seed's, character for character\n"
+        if chosen_text["writer"] == seed_text
+        else f"+{chosen_text['writer'].splitlines()[-1]}"
+    )
+    assert expected in diff
     summary = json.loads((o.run_dir / "cycle_00" / "summary.json").read_text())
     entry = summary["users"][0]["question_answer_history"][0]
     assert {"question", "assistant_response", "ground_truth", "retrieved_memories"} <= set(entry)
