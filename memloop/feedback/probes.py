@@ -24,7 +24,13 @@ from memloop.core.plugins import accepts_keyword
 from memloop.environment.data import UserItem
 from memloop.environment.episode import PeriodRecord
 from memloop.environment.policy import Policy
-from memloop.feedback.records import PeriodRecall, QuestionRecord, RecallClaim, StateRead
+from memloop.feedback.records import (
+    LETTERS,
+    PeriodRecall,
+    QuestionRecord,
+    RecallClaim,
+    StateRead,
+)
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import UsageTracker
 
@@ -71,7 +77,6 @@ STATE_LETTER_PROMPT = (
     "\n"
     "Answer with the letter of one option only."
 )
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 TOP_LOGPROBS = 20  # alternatives asked for the letter token (OpenAI's maximum)
 
 

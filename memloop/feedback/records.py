@@ -17,6 +17,17 @@ SCORER_VERSION = "3"
 #    state pairs still raw only at probe time and the factual-recall ceiling.
 
 
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # an option's letter: the probes', summaries' and traces'
+
+
+def option_text(index: int, text: str) -> str:
+    """Option `index` as the summaries and traces show it: `(C) text`.
+
+    Never `3. text`: Markdown (MLflow's trace view) renumbers such a line `1. text`.
+    """
+    return f"({LETTERS[index]}) {text}"
+
+
 class QuestionRecord(BaseModel):
     """What the policy answered to one evaluation question after one period, and the truth."""
 

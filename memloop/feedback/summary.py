@@ -31,12 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from memloop.core.leaks import Redactor
 from memloop.environment.data import UserItem
 from memloop.feedback.objective import Mode
-from memloop.feedback.records import QuestionRecord
+from memloop.feedback.records import LETTERS, QuestionRecord, option_text
 from memloop.feedback.scoring import classify_failure, index_records, state_accuracy
 
 FeedbackMode = Mode  # the name configs use
 MODES: tuple[str, ...] = tuple(m.value for m in Mode)
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _letter(index: int | None) -> str | None:
@@ -46,7 +45,7 @@ def _letter(index: int | None) -> str | None:
 def _question_text(r: QuestionRecord, with_choices: bool) -> str:
     text = f"Question: {r.question};"
     if with_choices:
-        text += "".join(f"\n({LETTERS[i]}) {c};" for i, c in enumerate(r.choices))
+        text += "".join(f"\n{option_text(i, c)};" for i, c in enumerate(r.choices))
     return text
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from memloop.environment.episode import TURNS_FILE, PeriodRecord, load_record, period_dir
-from memloop.feedback.records import QuestionRecord
+from memloop.feedback.records import QuestionRecord, option_text
 
 TRACE_TAG = "memloop.trace"
 PREVIEW_CHARS = 300  # a preview's length; MLflow keeps up to 1,000 characters (OSS)
@@ -214,13 +214,13 @@ def probes_span(record: PeriodRecord) -> Span:
                 "EVALUATOR",
                 inputs={
                     "question": q.question,
-                    "choices": [f"{i + 1}. {c}" for i, c in enumerate(q.choices)],
+                    "choices": [option_text(i, c) for i, c in enumerate(q.choices)],
                 },
                 outputs={
                     "answer": None
                     if q.chosen_index is None
-                    else f"{q.chosen_index + 1}. {q.choices[q.chosen_index]}",
-                    "truth": f"{q.gold_index + 1}. {q.choices[q.gold_index]}",
+                    else option_text(q.chosen_index, q.choices[q.chosen_index]),
+                    "truth": option_text(q.gold_index, q.choices[q.gold_index]),
                     "state (from written memory)": state,
                 },
                 attributes={"correct": q.correct},

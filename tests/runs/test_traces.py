@@ -211,8 +211,8 @@ def test_a_session_trace_reads_as_the_conversation_its_writes_and_its_probes(tmp
     (question,) = probes.children
     assert question.name == "question 1 · wrong"
     assert question.outputs == {
-        "answer": "1. Bergen",
-        "truth": "2. Oslo",
+        "answer": "(A) Bergen",  # letters: Markdown would renumber "2. Oslo" as "1. Oslo"
+        "truth": "(B) Oslo",
         "state (from written memory)": {
             "home": {"answer": "Bergen", "truth": "Oslo", "P(truth)": 0.25}
         },
