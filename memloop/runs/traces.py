@@ -21,11 +21,11 @@ says how many spans a whole one holds): what a kill left of a batch (traces in p
 traces without their spans) is deleted and logged again (`tracker.logged_traces`).
 
 The trace list's Request and Response previews are memloop's (the opening message; what memory
-gained and lost, then the probes). MLflow also derives previews from the root span's inputs and
-outputs, at the end of the trace and again when its spans reach the store, asynchronously; which
-text is kept then depends on timing. So the root span's inputs and outputs are chat-shaped
-(`messages` in, `choices` out) holding exactly those previews: every derivation gives memloop's
-text, whichever runs last (tests/runs/test_traces.py holds MLflow's own derivation to that).
+gained and lost, then the probes). MLflow derives a trace's previews from its root span's inputs
+and outputs (when `log_spans` makes the trace; MLflow's live tracing API also at the end of the
+trace, asynchronously). So the root span's inputs and outputs are chat-shaped (`messages` in,
+`choices` out) holding exactly those previews: every derivation gives memloop's text
+(tests/runs/test_traces.py holds MLflow's own derivation to that).
 """
 
 from __future__ import annotations

@@ -422,25 +422,34 @@ SPANS_TAG = "memloop.spans"  # the spans a whole trace holds: a trace with fewer
 TRACING_LOGGER = "mlflow.tracing.client"
 
 
+RUN_TRACE_TAG = "memloop.run"  # the run a trace was logged for, linked to it or not yet
+
+
 def _run_traces(mlc, experiment_id: str, run_id: str, *, spans: bool) -> list[Any]:
-    """Every trace of run `run_id` (with their spans: those whose spans can be read)."""
-    found: list[Any] = []
-    token = None
+    """Every trace of run `run_id` (with their spans: those whose spans can be read).
+
+    The traces linked to the run, and those tagged for it (`RUN_TRACE_TAG`) whose link a kill
+    prevented.
+    """
+    found: dict[str, Any] = {}
     # a trace whose span file was never written is left out of a search with spans, with a
     # warning from MLflow's client per trace (`logged_traces` removes such traces)
     with quiet_logger(TRACING_LOGGER):
-        while True:
-            page = mlc.search_traces(
-                locations=[experiment_id],
-                run_id=run_id,
-                max_results=500,
-                page_token=token,
-                include_spans=spans,
-            )
-            found += list(page)
-            token = page.token
-            if not token:
-                return found
+        for where in ({"run_id": run_id}, {"filter_string": f"tag.`{RUN_TRACE_TAG}` = '{run_id}'"}):
+            token = None
+            while True:
+                page = mlc.search_traces(
+                    locations=[experiment_id],
+                    max_results=500,
+                    page_token=token,
+                    include_spans=spans,
+                    **where,
+                )
+                found.update((t.info.trace_id, t) for t in page)
+                token = page.token
+                if not token:
+                    break
+    return list(found.values())
 
 
 def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[str]:
@@ -476,6 +485,10 @@ def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[s
                 broken.append(info.trace_id)
         for start in range(0, len(broken), 100):
             mlc.delete_traces(experiment_id, trace_ids=broken[start : start + 100])
+        if whole:  # whole traces a kill left unlinked (links that exist are kept as they are)
+            ids = list(whole.values())
+            for start in range(0, len(ids), TRACE_BATCH):
+                mlc.link_traces_to_run(ids[start : start + TRACE_BATCH], run_id)
     return set(whole)
 
 
@@ -487,44 +500,154 @@ def log_traces(mlc, run_id: str, traces: list[SessionTrace]) -> int:
     """Log each of `traces` not logged whole for run `run_id` before; how many were logged now.
 
     Each is linked to the run and grouped in MLflow sessions (one per user and cycle). What a
-    kill left of an earlier batch is repaired first (`logged_traces`).
+    kill left of an earlier batch is repaired first (`logged_traces`). The traces go to the
+    store in batches of `TRACE_BATCH` (`_log_batch`: one store transaction for a batch's spans,
+    one for its link to the run); a store without `log_spans` (a file store) gets them one span
+    at a time through MLflow's tracing API.
     """
     if not traces or not traces_enabled():
         return 0
-    mlflow = mlflow_module()
-    from mlflow.tracing.destination import MlflowExperimentLocation
-
     with store_errors(uri_of(mlc)):
         experiment_id = mlc.get_run(run_id).info.experiment_id
         if _artifacts_moved(mlc, experiment_id):
             return 0  # MLflow would write trace files at the store's old, recorded place
         done = logged_traces(mlc, experiment_id, run_id, {t.key for t in traces})
         todo = [t for t in traces if t.key not in done]
-        where = MlflowExperimentLocation(experiment_id)
-        for trace in todo:
-            with mlflow.start_span(
-                trace.root.name,
-                span_type=trace.root.kind,
-                trace_destination=where,
-                run_id=run_id,
-            ) as root:
-                _fill_span(mlflow, root, trace.root)
-                # the previews memloop computed; MLflow's own derivation from the root span's
-                # inputs and outputs (which may run later, in its store) gives the same text
-                mlflow.update_current_trace(
-                    tags={
-                        **trace.tags,
-                        TRACE_TAG: trace.key,
-                        SPANS_TAG: str(_span_count(trace.root)),
-                    },
-                    session_id=trace.session_id,
-                    user=trace.user,
-                    request_preview=trace.request_preview or None,
-                    response_preview=trace.response_preview or None,
-                )
-        if todo:
-            mlflow.flush_trace_async_logging()
+        for start in range(0, len(todo), TRACE_BATCH):
+            batch = todo[start : start + TRACE_BATCH]
+            if not _log_batch(mlc, experiment_id, run_id, batch):
+                _log_live(mlc, experiment_id, run_id, todo[start:])
+                break
     return len(todo)
+
+
+TRACE_BATCH = 100  # traces per store transaction (MLflow links at most 100 to a run per call)
+
+
+def _log_batch(mlc, experiment_id: str, run_id: str, traces: list[SessionTrace]) -> bool:
+    """`traces` in one `log_spans` call and one call linking them to the run.
+
+    `log_spans` makes each trace from its spans (its tags, session and user from the root
+    span's attributes, its previews from the root's chat-shaped inputs and outputs: traces.py):
+    one store transaction for the batch, where `start_trace` took one per trace and cost three
+    times the spans' CPU. False when the store has no `log_spans` (nothing was written then).
+    """
+    from mlflow.tracing.client import TracingClient
+
+    built = [_trace_spans(trace, run_id) for trace in traces]
+    try:
+        TracingClient(uri_of(mlc)).log_spans(
+            experiment_id, [s for _, spans in built for s in spans]
+        )
+    except NotImplementedError:
+        return False
+    mlc.link_traces_to_run([trace_id for trace_id, _ in built], run_id)
+    return True
+
+
+def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
+    """(trace id, MLflow spans) of one trace, built whole (no live tracing context).
+
+    The root span carries what `log_spans` makes the trace of: its tags
+    (`mlflow.traceTag.<key>`), session and user. Spans follow each other 1 µs apart from the
+    moment they are built: their timings order them, they measure nothing.
+    """
+    import random
+    import time
+
+    from mlflow.entities.span import Span as MlflowSpan
+    from mlflow.tracing.constant import SpanAttributeKey
+    from mlflow.tracing.utils import (
+        build_otel_context,
+        dump_span_attribute_value,
+        generate_mlflow_trace_id_from_otel_trace_id,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import Status, StatusCode
+
+    otel_trace_id = random.getrandbits(128) or 1
+    trace_id = generate_mlflow_trace_id_from_otel_trace_id(otel_trace_id)
+    clock = [time.time_ns()]
+    out: list[Any] = []
+    resource = Resource.get_empty()
+
+    def build(span: Span, parent: int | None, extra: dict[str, Any]) -> None:
+        span_id = random.getrandbits(64) or 1
+        start = clock[0]
+        clock[0] += 1000
+        for child in span.children:
+            build(child, span_id, {})
+        clock[0] += 1000
+        attributes = {
+            SpanAttributeKey.REQUEST_ID: dump_span_attribute_value(trace_id),
+            SpanAttributeKey.SPAN_TYPE: dump_span_attribute_value(span.kind),
+            SpanAttributeKey.INPUTS: dump_span_attribute_value(span.inputs),
+            SpanAttributeKey.OUTPUTS: dump_span_attribute_value(span.outputs),
+            **{k: dump_span_attribute_value(v) for k, v in {**span.attributes, **extra}.items()},
+        }
+        out.append(
+            MlflowSpan(
+                ReadableSpan(
+                    name=span.name,
+                    context=build_otel_context(otel_trace_id, span_id),
+                    parent=build_otel_context(otel_trace_id, parent) if parent else None,
+                    start_time=start,
+                    end_time=clock[0],
+                    attributes=attributes,
+                    status=Status(StatusCode.OK),
+                    resource=resource,
+                )
+            )
+        )
+
+    tags = {
+        **trace.tags,
+        TRACE_TAG: trace.key,
+        SPANS_TAG: str(_span_count(trace.root)),
+        RUN_TRACE_TAG: run_id,
+    }
+    build(
+        trace.root,
+        None,
+        {
+            **{f"{SpanAttributeKey.TRACE_TAG_PREFIX}{k}": v for k, v in tags.items()},
+            SpanAttributeKey.SESSION_ID: trace.session_id,
+            "user.id": trace.user,
+        },
+    )
+    return trace_id, out
+
+
+def _log_live(mlc, experiment_id: str, run_id: str, traces: list[SessionTrace]) -> None:
+    """`traces` through MLflow's tracing API, one span at a time (a store without log_spans)."""
+    mlflow = mlflow_module()
+    from mlflow.tracing.destination import MlflowExperimentLocation
+
+    where = MlflowExperimentLocation(experiment_id)
+    for trace in traces:
+        with mlflow.start_span(
+            trace.root.name,
+            span_type=trace.root.kind,
+            trace_destination=where,
+            run_id=run_id,
+        ) as root:
+            _fill_span(mlflow, root, trace.root)
+            # the previews memloop computed; MLflow's own derivation from the root span's
+            # inputs and outputs (which may run later, in its store) gives the same text
+            mlflow.update_current_trace(
+                tags={
+                    **trace.tags,
+                    TRACE_TAG: trace.key,
+                    SPANS_TAG: str(_span_count(trace.root)),
+                },
+                session_id=trace.session_id,
+                user=trace.user,
+                request_preview=trace.request_preview or None,
+                response_preview=trace.response_preview or None,
+            )
+    if traces:
+        mlflow.flush_trace_async_logging()
 
 
 def _artifacts_moved(mlc, experiment_id: str) -> bool:

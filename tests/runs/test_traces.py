@@ -247,7 +247,9 @@ def test_traces_in_a_real_store_are_linked_to_the_run_grouped_by_session_and_log
     assert tracker.log_traces(mlc, run_id, traces) == 0  # a resumed run logs nothing twice
     (found,) = mlc.search_traces(locations=[exp], run_id=run_id)
     meta, tags = found.info.trace_metadata, found.info.tags
-    assert meta["mlflow.sourceRun"] == run_id
+    # linked to the run (MLflow's link_traces_to_run): the run's search finds it, another's not
+    other = mlc.create_run(exp, run_name="run-b").info.run_id
+    assert not mlc.search_traces(locations=[exp], run_id=other)
     assert meta["mlflow.trace.session"] == "run-a · cycle 0 · u-123456"
     assert meta["mlflow.trace.user"] == "u-1234567890"
     assert tags["memloop.split"] == "test" and tags["memloop.cycle"] == "0"
@@ -372,33 +374,30 @@ def test_previews_are_memloops_in_two_fresh_stores_one_logged_with_both_cores_bu
 
 TRACES = 12
 BATCH = """
-import os, sys, threading
-import mlflow
+import os, sys
+from mlflow import MlflowClient
+from mlflow.tracing.client import TracingClient
 from memloop.runs import tracker
 from memloop.testing.traces import made_up_traces
 
-uri, run_id, how, sig, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), [0]
+uri, run_id, how, sig = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 traces = made_up_traces(int(sys.argv[5]))
-update, flush = mlflow.update_current_trace, mlflow.flush_trace_async_logging
+log_spans, link = TracingClient.log_spans, MlflowClient.link_traces_to_run
 
 
-def stop():
-    os.kill(os.getpid(), sig)
+def spans(*args, **kwargs):  # stop as the spans are written
+    if how == "mid-flush":
+        os.kill(os.getpid(), sig)
+    return log_spans(*args, **kwargs)
 
 
-def counted(*args, **kwargs):  # stop at the batch's middle trace, before its end
-    count[0] += 1
-    if how == "mid-batch" and count[0] == len(traces) // 2:
-        stop()
-    return update(*args, **kwargs)
+def linked(*args, **kwargs):  # stop between the spans and their link to the run
+    if how == "mid-batch":
+        os.kill(os.getpid(), sig)
+    return link(*args, **kwargs)
 
 
-def flushing(*args, **kwargs):  # stop while MLflow writes the queued traces
-    threading.Timer(0.05, stop).start()
-    return flush(*args, **kwargs)
-
-
-mlflow.update_current_trace, mlflow.flush_trace_async_logging = counted, flushing
+TracingClient.log_spans, MlflowClient.link_traces_to_run = spans, linked
 tracker.log_traces(tracker.client(uri), run_id, traces)
 """
 
@@ -437,12 +436,18 @@ def test_a_rerun_heals_a_trace_batch_interrupted_by_a_kill(tmp_path, how, signal
     argv = [sys.executable, str(script), uri, cut, how, str(int(sig)), str(TRACES)]
     done = subprocess.run(argv, capture_output=True)
     assert done.returncode in (-sig, 128 + sig, 1), done.stderr[-500:]  # it was stopped
-    left, _ = stored(mlc, exp, cut)
-    assert len([k for k, state, n in left if state == "OK" and n == SPANS]) < TRACES  # cut short
+    linked = mlc.search_traces(locations=[exp], run_id=cut, max_results=100)
+    whole_and_linked = [
+        t for t in linked if str(t.info.state) == "OK" and len(t.data.spans) == SPANS
+    ]
+    assert len(whole_and_linked) < TRACES  # cut short
     traces = made_up_traces(TRACES)
     tracker.log_traces(mlc, cut, traces)  # the rerun
     tracker.log_traces(mlc, whole, traces)  # a run never interrupted
     assert stored(mlc, exp, cut) == stored(mlc, exp, whole)
     found, total = stored(mlc, exp, cut)
     assert found == sorted((f"k{i}", "OK", SPANS) for i in range(TRACES)) and total == TRACES
+    # every one linked to the run, and no copy left over in the experiment
+    assert len(mlc.search_traces(locations=[exp], run_id=cut, max_results=100)) == TRACES
+    assert len(mlc.search_traces(locations=[exp], max_results=100)) == 2 * TRACES
     assert tracker.log_traces(mlc, cut, traces) == 0  # healed: a third run logs nothing
