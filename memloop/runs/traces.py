@@ -37,6 +37,7 @@ from typing import Any
 
 from memloop.environment.episode import TURNS_FILE, PeriodRecord, load_record, period_dir
 from memloop.feedback.records import QuestionRecord, option_text
+from memloop.feedback.scoring import classify_failure, index_records
 
 TRACE_TAG = "memloop.trace"
 PREVIEW_CHARS = 300  # a preview's length; MLflow keeps up to 1,000 characters (OSS)
@@ -53,6 +54,19 @@ class Span:
 
 
 @dataclass
+class Assessment:
+    """A question's result on its trace: an MLflow feedback the Traces page filters by.
+
+    `correct`; `failure` (format / write / read / utilization; none for a right answer);
+    `P(truth)` (the letter read's probability of the true value, where it was read).
+    """
+
+    name: str
+    value: bool | str | float
+    rationale: str
+
+
+@dataclass
 class SessionTrace:
     key: str  # unique within the run: cycle, user, period, session
     session_id: str  # MLflow's session: one user's episode in one cycle of one run
@@ -61,6 +75,7 @@ class SessionTrace:
     root: Span
     request_preview: str = ""  # the trace list's Request column: the user's opening message
     response_preview: str = ""  # its Response column: memory lines added / removed, probes
+    assessments: list[Assessment] = field(default_factory=list)  # its questions' results
 
 
 def short_user(user_id: str) -> str:
@@ -86,6 +101,11 @@ def user_traces(
         tags["memloop.cycle"] = str(cycle)
     said: list[dict[str, str]] = []  # every message of the episode so far (the writer's source)
     out = []
+    # every question of the episode: a wrong answer's failure class looks up the state query
+    # of the period its fact was written in
+    lookup = index_records(
+        QuestionRecord.model_validate(d) for r in records for d in r.probes.get("questions", [])
+    )
     for record in records:
         turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
         for s, session in enumerate(record.sessions):
@@ -112,9 +132,11 @@ def user_traces(
                 added += entry.get("added", [])
                 removed += entry.get("removed", [])
             probes = None
+            assessments: list[Assessment] = []
             if s == len(record.sessions) - 1 and record.probes:
                 probes = probes_span(record)
                 root.children.append(probes)
+                assessments = question_assessments(record, lookup)
             response = _stored(added, removed, probes.outputs if probes else None)
             # what a reader looks for first: what this session left in memory
             root.outputs = {
@@ -134,6 +156,7 @@ def user_traces(
                     root=root,
                     request_preview=request,
                     response_preview=response,
+                    assessments=assessments,
                 )
             )
     return out
@@ -228,6 +251,25 @@ def probes_span(record: PeriodRecord) -> Span:
         )
     span.outputs = {"right": right, "questions": len(span.children)}
     return span
+
+
+def question_assessments(
+    record: PeriodRecord, lookup: dict[tuple[str, int, int], QuestionRecord]
+) -> list[Assessment]:
+    """Each of the period's questions' results: correct, its failure class, P(truth)."""
+    out = []
+    for q in (QuestionRecord.model_validate(d) for d in record.probes.get("questions", [])):
+        chosen = q.chosen_index
+        answer = "no answer" if chosen is None else option_text(chosen, q.choices[chosen])
+        truth = option_text(q.gold_index, q.choices[q.gold_index])
+        where = f"question {q.question_index + 1}: answered {answer}; truth {truth}"
+        out.append(Assessment("correct", q.correct, where))
+        out.append(Assessment("failure", classify_failure(q, lookup) or "none", where))
+        probs = [p for p in q.state_probs.values() if p is not None]
+        if probs:
+            mean = sum(probs) / len(probs)
+            out.append(Assessment("P(truth)", mean, f"{where}; mean of {len(probs)} variable(s)"))
+    return out
 
 
 def episode_traces(

@@ -419,6 +419,7 @@ def set_tags(mlc, run_id: str, tags: dict[str, str]) -> None:
 
 
 SPANS_TAG = "memloop.spans"  # the spans a whole trace holds: a trace with fewer is partial
+ASSESSMENTS_TAG = "memloop.assessments"  # the question results a whole trace holds
 TRACING_LOGGER = "mlflow.tracing.client"
 
 
@@ -455,7 +456,8 @@ def _run_traces(mlc, experiment_id: str, run_id: str, *, spans: bool) -> list[An
 def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[str]:
     """Which of `keys` (a batch's `memloop.trace` keys) run `run_id` holds whole traces of.
 
-    Whole: finished (state OK) and holding every span it was logged with (`SPANS_TAG`). A kill
+    Whole: finished (state OK) and holding every span and question result (assessment) it was
+    logged with (`SPANS_TAG`, `ASSESSMENTS_TAG`). A kill
     while MLflow writes a batch leaves traces in progress without a key, keyed traces whose
     spans were never written, or some spans only: those, and a second copy of a key, are
     deleted, and the rerun logs their keys again, so the run's traces are those of a run never
@@ -474,12 +476,16 @@ def logged_traces(mlc, experiment_id: str, run_id: str, keys: set[str]) -> set[s
                 continue
             try:
                 with quiet_logger(TRACING_LOGGER):  # a missing span file: its warning
-                    spans = len(mlc.get_trace(info.trace_id).data.spans)
+                    found = mlc.get_trace(info.trace_id)
+                spans, assessed = len(found.data.spans), len(found.info.assessments)
             except Exception:  # its span file was never written
-                spans = 0
+                spans, assessed = 0, 0
             expected = info.tags.get(SPANS_TAG)
-            # a trace logged before SPANS_TAG existed: whole when it has spans
-            if spans > 0 if expected is None else expected == str(spans):
+            # a trace logged before SPANS_TAG (or ASSESSMENTS_TAG) existed: whole when it has
+            # spans (whatever its assessments)
+            if (spans > 0 if expected is None else expected == str(spans)) and info.tags.get(
+                ASSESSMENTS_TAG, str(assessed)
+            ) == str(assessed):
                 whole[key] = info.trace_id
             else:
                 broken.append(info.trace_id)
@@ -535,14 +541,25 @@ def _log_batch(mlc, experiment_id: str, run_id: str, traces: list[SessionTrace])
     from mlflow.tracing.client import TracingClient
 
     built = [_trace_spans(trace, run_id) for trace in traces]
+    client = TracingClient(uri_of(mlc))
     try:
-        TracingClient(uri_of(mlc)).log_spans(
-            experiment_id, [s for _, spans in built for s in spans]
-        )
+        client.log_spans(experiment_id, [s for _, spans in built for s in spans])
     except NotImplementedError:
         return False
     mlc.link_traces_to_run([trace_id for trace_id, _ in built], run_id)
+    for trace, (trace_id, _) in zip(traces, built, strict=True):
+        _log_assessments(client, trace_id, trace)
     return True
+
+
+def _log_assessments(client: Any, trace_id: str, trace: SessionTrace) -> None:
+    """The trace's question results as MLflow feedback (one store transaction each)."""
+    from mlflow.entities import AssessmentSource, Feedback
+
+    source = AssessmentSource(source_type="CODE", source_id="memloop")
+    for a in trace.assessments:
+        feedback = Feedback(name=a.name, value=a.value, source=source, rationale=a.rationale)
+        client.log_assessment(trace_id, feedback)
 
 
 def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
@@ -601,12 +618,7 @@ def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
             )
         )
 
-    tags = {
-        **trace.tags,
-        TRACE_TAG: trace.key,
-        SPANS_TAG: str(_span_count(trace.root)),
-        RUN_TRACE_TAG: run_id,
-    }
+    tags = {**_whole_tags(trace), RUN_TRACE_TAG: run_id}
     build(
         trace.root,
         None,
@@ -619,12 +631,23 @@ def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
     return trace_id, out
 
 
+def _whole_tags(trace: SessionTrace) -> dict[str, str]:
+    """The trace's tags: its own, its key, and what it holds whole (spans, assessments)."""
+    return {
+        **trace.tags,
+        TRACE_TAG: trace.key,
+        SPANS_TAG: str(_span_count(trace.root)),
+        ASSESSMENTS_TAG: str(len(trace.assessments)),
+    }
+
+
 def _log_live(mlc, experiment_id: str, run_id: str, traces: list[SessionTrace]) -> None:
     """`traces` through MLflow's tracing API, one span at a time (a store without log_spans)."""
     mlflow = mlflow_module()
     from mlflow.tracing.destination import MlflowExperimentLocation
 
     where = MlflowExperimentLocation(experiment_id)
+    made = []
     for trace in traces:
         with mlflow.start_span(
             trace.root.name,
@@ -636,18 +659,20 @@ def _log_live(mlc, experiment_id: str, run_id: str, traces: list[SessionTrace]) 
             # the previews memloop computed; MLflow's own derivation from the root span's
             # inputs and outputs (which may run later, in its store) gives the same text
             mlflow.update_current_trace(
-                tags={
-                    **trace.tags,
-                    TRACE_TAG: trace.key,
-                    SPANS_TAG: str(_span_count(trace.root)),
-                },
+                tags=_whole_tags(trace),
                 session_id=trace.session_id,
                 user=trace.user,
                 request_preview=trace.request_preview or None,
                 response_preview=trace.response_preview or None,
             )
+            made.append((root.trace_id, trace))
     if traces:
         mlflow.flush_trace_async_logging()
+    from mlflow.tracing.client import TracingClient
+
+    client = TracingClient(uri_of(mlc))
+    for trace_id, trace in made:
+        _log_assessments(client, trace_id, trace)
 
 
 def _artifacts_moved(mlc, experiment_id: str) -> bool:

@@ -45,10 +45,15 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     label = root.outputs["memory lines added"][0].split(":")[0]  # e.g. said_about_work
     assert label.startswith("said_about_")
     prompt = mlc.get_run(outcome.run_id).data.tags["memloop.prompt_name"]
+    # a session with probes: its questions' results are assessments on its trace
+    probed = next(t for t in traces if mlc.get_trace(t.info.trace_id).info.assessments)
     with memloop_ui(config.tracking_uri, "ui-traces") as ui:
         base = ui.address.split("#")[0]
         page = rendered(
             f"{base}#/experiments/{exp}/traces?selectedEvaluationId={trace.info.trace_id}"
+        )
+        assessed = rendered(
+            f"{base}#/experiments/{exp}/traces?selectedEvaluationId={probed.info.trace_id}"
         )
         prompts_page = rendered(f"{base}#/experiments/{exp}/prompts")
         default_prompts = rendered(f"{base}#/experiments/0/prompts")  # MLflow's Default
@@ -58,6 +63,11 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     assert "turn 1" in text and "memory write" in text, "the trace's spans are not shown"
     assert said in text
     assert label in text
+    shown = html.unescape(assessed)
+    # the questions' results are assessments: the Traces table has a column for each, to
+    # filter and compare by
+    assert "Column options for correct" in shown and "Column options for failure" in shown
+    assert "question 1 · " in shown  # the probed trace is open: its questions are spans
     assert prompt in html.unescape(prompts_page)
     # listed under its own experiment only (MLflow alone linked it to Default)
     assert "Prompts" in default_prompts and prompt not in html.unescape(default_prompts)

@@ -269,6 +269,22 @@ def test_traces_in_a_real_store_are_linked_to_the_run_grouped_by_session_and_log
     }
     assert spans["memory write"].parent_id == spans["turn 2"].span_id
     assert found.info.request_preview == "I moved to Oslo."
+    # the question's result as feedback: the Traces page and the search API filter by it
+    truth = "question 1: answered (A) Bergen; truth (B) Oslo"
+    assert sorted(
+        (a.name, a.value, a.rationale) for a in mlc.get_trace(found.info.trace_id).info.assessments
+    ) == [
+        ("P(truth)", 0.25, f"{truth}; mean of 1 variable(s)"),
+        ("correct", False, truth),
+        ("failure", "write", truth),  # the state read in the fact's own period was wrong
+    ]
+    for condition, hits in (
+        ("feedback.correct = 'false'", 1),
+        ("feedback.correct = 'true'", 0),
+        ("feedback.failure = 'write'", 1),
+        ("feedback.failure = 'read'", 0),
+    ):
+        assert len(mlc.search_traces(locations=[exp], filter_string=condition)) == hits, condition
 
 
 def write_sessions(user_dir: Path, openings: list[str]) -> None:
