@@ -6,7 +6,9 @@ per-period checkpoints so a killed run resumes at its last finished period.
 Layout of a run folder, per user:
     <out>/<user_id>/period_00/record.json   conversation, probe results, usage (written last)
     <out>/<user_id>/period_00/turns.json    per turn: the messages the writer took, memory lines
-                                            added and removed (read by runs/traces.py)
+                                            added and removed, the model calls it made (agent,
+                                            writer, user simulator); the probes' calls (read by
+                                            runs/traces.py)
     <out>/<user_id>/period_00/policy/       the policy's state at the end of the period
 """
 
@@ -30,6 +32,7 @@ from memloop.environment.data import UserItem
 from memloop.environment.policy import Policy
 from memloop.environment.policy_guard import guarded
 from memloop.environment.simulator import UserSimulator, opening_message
+from memloop.llm.calls import recorded_calls
 from memloop.llm.client import ChatClient
 from memloop.llm.usage import UsageRows, UsageTracker, usage_delta
 
@@ -64,7 +67,8 @@ class TurnLog:
     def session(self) -> None:
         self.sessions.append([])
 
-    def turn(self, user: str, assistant: str) -> None:
+    def turn(self, user: str, assistant: str, calls: list[dict[str, Any]] | None = None) -> None:
+        """Log the turn just taken; `calls`: the model calls it made (llm/calls.py)."""
         memory, unwritten = self.policy.memory_view(), self.policy.unwritten_messages()
         added, removed = line_changes(self.memory, memory)
         entry: dict[str, Any] = {
@@ -75,11 +79,16 @@ class TurnLog:
         }
         if added or removed:
             entry.update(added=added, removed=removed)
+        if calls:
+            entry["calls"] = calls
         self.memory, self.unwritten = memory, unwritten
         self.sessions[-1].append(entry)
 
-    def dump(self) -> dict[str, Any]:
-        return {"memory_before": self.start, "sessions": self.sessions}
+    def dump(self, probe_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"memory_before": self.start, "sessions": self.sessions}
+        if probe_calls:
+            out["probe_calls"] = probe_calls
+        return out
 
 
 def line_changes(before: str, after: str) -> tuple[list[str], list[str]]:
@@ -276,10 +285,11 @@ class EpisodeRunner:
             mode = "on_policy"
         record = PeriodRecord(user_id=self.item.id, period=p, mode=mode, sessions=sessions)
         out = period_dir(self.user_dir, p)
-        atomic_write_json(out / TURNS_FILE, turns.dump())
         self.policy.save(out / "policy")
-        if self.probe is not None:
-            record.probes = self.probe(self.item, p, self.policy, record)
+        with recorded_calls() as probe_calls:
+            if self.probe is not None:
+                record.probes = self.probe(self.item, p, self.policy, record)
+        atomic_write_json(out / TURNS_FILE, turns.dump(probe_calls))
         if self.usage:
             record.usage = usage_delta(before, self.usage.summary())
             record.usage.pop("total", None)
@@ -297,12 +307,16 @@ class EpisodeRunner:
             leaked: list[str] = []
             user_msg = opening_message(session)
             for r in range(self.simulator.rounds(p)):
-                reply = self.policy.respond(user_msg)
-                turns.turn(user_msg, reply)
+                with recorded_calls() as calls:
+                    reply = self.policy.respond(user_msg)
+                turns.turn(user_msg, reply, calls)
                 messages.append({"role": "user", "content": user_msg})
                 messages.append({"role": "assistant", "content": reply})
                 if r < self.simulator.rounds(p) - 1:
-                    follow = self.simulator.follow_up(self.item, p, session, messages)
+                    with recorded_calls() as calls:  # the user simulator's next message
+                        follow = self.simulator.follow_up(self.item, p, session, messages)
+                    if calls:
+                        turns.sessions[-1][-1].setdefault("calls", []).extend(calls)
                     leaked.extend(v for v in follow.leaked_variables if v not in leaked)
                     user_msg = follow.text
             logs.append(
@@ -332,8 +346,9 @@ class EpisodeRunner:
                 )
             turns.session()
             for i in range(0, len(messages), 2):
-                self.policy.ingest(messages[i]["content"], messages[i + 1]["content"])
-                turns.turn(messages[i]["content"], messages[i + 1]["content"])
+                with recorded_calls() as calls:
+                    self.policy.ingest(messages[i]["content"], messages[i + 1]["content"])
+                turns.turn(messages[i]["content"], messages[i + 1]["content"], calls)
             session = period.sessions[s] if s < len(period.sessions) else None
             logs.append(
                 SessionLog(

@@ -30,6 +30,7 @@ from memloop.core.errors import UserError
 from memloop.core.settings import cache_root
 from memloop.llm import plain_http, request_log
 from memloop.llm.cache import ResponseCache, cache_key
+from memloop.llm.calls import note_call
 from memloop.llm.embedded_server import DecodeProgress, ServerSettings, shared_server
 from memloop.llm.endpoint import MAX_TIMEOUT_S, Endpoint
 from memloop.llm.errors import EndpointUnreachable
@@ -430,6 +431,7 @@ class ChatClient:
             # reproducible distinct draws where the server honours seeds
             params["seed"] = draw * DRAW_SEED_STRIDE + sample
         base, model = self.cache_identity
+        started_ns = time.time_ns()
         key = cache_key(
             base_url=base, model=model, messages=messages, params=params, sample=sample, draw=draw
         )
@@ -453,7 +455,9 @@ class ChatClient:
                     hit["prompt_tokens"],
                     hit["completion_tokens"],
                 )
-                return self._finish(ChatResult(cached=True, **_result_fields(hit)), schema)
+                result = self._finish(ChatResult(cached=True, **_result_fields(hit)), schema)
+                note_call(component, model, messages, result, started_ns, time.time_ns())
+                return result
         raw = self._send(messages, params, component)
         result = ChatResult(cached=False, **_result_fields(raw))
         self.usage.record(
@@ -466,6 +470,7 @@ class ChatClient:
         result = self._finish(result, schema)
         if use_cache and self.cache is not None and cacheable(result):
             self.cache.put(key, raw)
+        note_call(component, model, messages, result, started_ns, time.time_ns())
         return result
 
     def chat_json(

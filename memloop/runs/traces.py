@@ -6,12 +6,17 @@ turns.json) into plain `SessionTrace` values; `tracker.log_traces` sends them. A
     <user> · period p · session s                       the session (agent span): its opening
                                                         message in, what it left in memory out
         turn 1 · user → assistant                       the user's message, the reply
+            agent · <model>, writer · <model>, ...      each model call the turn made (the
+                                                        user simulator's next message too): its
+                                                        messages, raw output, tokens, latency,
+                                                        cache hit, at the times it ran
             memory write                                the messages handed to memory, the lines
                                                         it added and removed
         ...
         probes after period p                           (the period's last session) the memory
             question 1 · right / wrong / unparsed       the question, the choices, the answer,
                                                         the truth, the state read per variable
+            probe · <model>, ...                        the probes' model calls
 
 Traces carry the conversation itself: they are a record of the run, like its episode folders,
 never a prompt (an evolved prompt holds no user's value; optimize/context.py checks).
@@ -51,6 +56,8 @@ class Span:
     outputs: Any = None
     attributes: dict[str, Any] = field(default_factory=dict)
     children: list[Span] = field(default_factory=list)
+    start_ns: int | None = None  # when it ran (a model call); None: placed by its neighbours
+    end_ns: int | None = None
 
 
 @dataclass
@@ -107,7 +114,8 @@ def user_traces(
         QuestionRecord.model_validate(d) for r in records for d in r.probes.get("questions", [])
     )
     for record in records:
-        turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
+        logged_turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
+        turns = list(logged_turns.get("sessions", []))
         for s, session in enumerate(record.sessions):
             logged = turns[s] if s < len(turns) else []
             opening = session.messages[0]["content"] if session.messages else ""
@@ -134,7 +142,7 @@ def user_traces(
             probes = None
             assessments: list[Assessment] = []
             if s == len(record.sessions) - 1 and record.probes:
-                probes = probes_span(record)
+                probes = probes_span(record, logged_turns.get("probe_calls", []))
                 root.children.append(probes)
                 assessments = question_assessments(record, lookup)
             response = _stored(added, removed, probes.outputs if probes else None)
@@ -174,11 +182,11 @@ def _stored(added: list[str], removed: list[str], probes: dict[str, int] | None)
     return "; ".join(parts)
 
 
-def _turns(path: Path) -> list[list[dict[str, Any]]]:
-    """The period's turns.json sessions (none for a run made before it was written)."""
+def _turns(path: Path) -> dict[str, Any]:
+    """The period's turns.json (empty for a run made before it was written)."""
     if not path.is_file():
-        return []
-    return list(json.loads(path.read_text()).get("sessions", []))
+        return {}
+    return dict(json.loads(path.read_text()))
 
 
 def _turn(
@@ -194,6 +202,7 @@ def _turn(
         inputs={"messages": [user_msg]},
         outputs={"choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
     )
+    span.children += [call_span(call) for call in entry.get("calls", [])]
     written = int(entry.get("written", 0))
     added, removed = entry.get("added", []), entry.get("removed", [])
     if written or added or removed:
@@ -211,7 +220,38 @@ def _turn(
     return span
 
 
-def probes_span(record: PeriodRecord) -> Span:
+def call_span(call: dict[str, Any]) -> Span:
+    """One model call as it was made (llm/calls.py).
+
+    Its messages in, its raw output out; its model, tokens (MLflow's own token usage too),
+    latency and whether the response cache answered.
+    """
+    return Span(
+        f"{call['component']} · {call['model']}",
+        "CHAT_MODEL",
+        inputs={"messages": call["messages"]},
+        outputs={
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": call["output"]}}]
+        },
+        attributes={
+            "component": call["component"],
+            "model": call["model"],
+            "prompt_tokens": call["prompt_tokens"],
+            "completion_tokens": call["completion_tokens"],
+            "latency_s": call["latency_s"],
+            "cache_hit": call["cached"],
+            "mlflow.chat.tokenUsage": {
+                "input_tokens": call["prompt_tokens"],
+                "output_tokens": call["completion_tokens"],
+                "total_tokens": call["prompt_tokens"] + call["completion_tokens"],
+            },
+        },
+        start_ns=call["start_ns"],
+        end_ns=call["end_ns"],
+    )
+
+
+def probes_span(record: PeriodRecord, calls: list[dict[str, Any]] | None = None) -> Span:
     """The period's evaluation: the memory the probes read and every question's outcome."""
     probes = record.probes
     span = Span(
@@ -250,6 +290,7 @@ def probes_span(record: PeriodRecord) -> Span:
             )
         )
     span.outputs = {"right": right, "questions": len(span.children)}
+    span.children += [call_span(call) for call in calls or []]
     return span
 
 

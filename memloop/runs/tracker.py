@@ -566,8 +566,10 @@ def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
     """(trace id, MLflow spans) of one trace, built whole (no live tracing context).
 
     The root span carries what `log_spans` makes the trace of: its tags
-    (`mlflow.traceTag.<key>`), session and user. Spans follow each other 1 µs apart from the
-    moment they are built: their timings order them, they measure nothing.
+    (`mlflow.traceTag.<key>`), session and user. A model call's span has the times it was made
+    (`Span.start_ns`, `end_ns`); a span around timed ones spans them; an untimed span without
+    timed ones inside (a memory write, a question) starts where the span before it ended and
+    takes no time. A trace without a timed span starts now.
     """
     import random
     import time
@@ -585,17 +587,17 @@ def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
 
     otel_trace_id = random.getrandbits(128) or 1
     trace_id = generate_mlflow_trace_id_from_otel_trace_id(otel_trace_id)
-    clock = [time.time_ns()]
     out: list[Any] = []
     resource = Resource.get_empty()
 
-    def build(span: Span, parent: int | None, extra: dict[str, Any]) -> None:
+    def build(span: Span, parent: int | None, extra: dict[str, Any], cursor: int) -> int:
+        """Append `span` and its children from `cursor` on; the time it ends."""
         span_id = random.getrandbits(64) or 1
-        start = clock[0]
-        clock[0] += 1000
+        start = cursor if span.start_ns is None else span.start_ns
+        end = cursor = start
         for child in span.children:
-            build(child, span_id, {})
-        clock[0] += 1000
+            cursor = max(cursor, build(child, span_id, {}, cursor))
+        end = cursor if span.end_ns is None else span.end_ns
         attributes = {
             SpanAttributeKey.REQUEST_ID: dump_span_attribute_value(trace_id),
             SpanAttributeKey.SPAN_TYPE: dump_span_attribute_value(span.kind),
@@ -610,13 +612,14 @@ def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
                     context=build_otel_context(otel_trace_id, span_id),
                     parent=build_otel_context(otel_trace_id, parent) if parent else None,
                     start_time=start,
-                    end_time=clock[0],
+                    end_time=end,
                     attributes=attributes,
                     status=Status(StatusCode.OK),
                     resource=resource,
                 )
             )
         )
+        return end
 
     tags = {**_whole_tags(trace), RUN_TRACE_TAG: run_id}
     build(
@@ -627,8 +630,15 @@ def _trace_spans(trace: SessionTrace, run_id: str) -> tuple[str, list[Any]]:
             SpanAttributeKey.SESSION_ID: trace.session_id,
             "user.id": trace.user,
         },
+        _first_time(trace.root) or time.time_ns(),
     )
     return trace_id, out
+
+
+def _first_time(span: Span) -> int | None:
+    """The earliest start of a timed span in `span`'s tree (None: none is timed)."""
+    times = [t for t in (span.start_ns, *(_first_time(c) for c in span.children)) if t]
+    return min(times) if times else None
 
 
 def _whole_tags(trace: SessionTrace) -> dict[str, str]:

@@ -12,6 +12,7 @@ import memloop
 from memloop.environment.datafile import save_items
 from memloop.environment.procedural import generate_procedural
 from memloop.experiments.cli import main
+from memloop.feedback import evaluate
 from memloop.runs import tracker
 from memloop.runs.cycles import CycleRecord
 from memloop.runs.spec import RunSpec
@@ -53,10 +54,22 @@ def eval_args(tmp_path: Path, fake, policy: Path, out: str, uri: str) -> list[st
 
 
 def test_an_eval_is_one_mlflow_run_with_its_record_prompts_numbers_and_traces(
-    tmp_path, fake, capsys, traces_on
+    tmp_path, fake, capsys, traces_on, monkeypatch
 ):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    calibration_calls: list[dict] = []
+    calibrate = evaluate.checker_calibration
+
+    def calibrated(*args, **kwargs):  # the requests the checker's calibration makes
+        before = len(fake.requests)
+        result = calibrate(*args, **kwargs)
+        calibration_calls.extend(fake.requests[before:])
+        return result
+
+    monkeypatch.setattr(evaluate, "checker_calibration", calibrated)
+    sent = len(fake.requests)
     assert main(eval_args(tmp_path, fake, POLICIES / "awi.yaml", "a", uri)) == 0
+    requests = fake.requests[sent:]  # every model call of the eval (a new cache: none cached)
     printed = capsys.readouterr().out
     mlc = tracker.client(uri, create=False)
     exp = mlc.get_experiment_by_name("evals").experiment_id
@@ -86,6 +99,29 @@ def test_an_eval_is_one_mlflow_run_with_its_record_prompts_numbers_and_traces(
     traces = mlc.search_traces(locations=[exp], run_id=run.info.run_id, max_results=500)
     assert {t.info.tags["memloop.user"] for t in traces} == set(record.splits["test"].per_user)
     assert {t.info.tags["memloop.split"] for t in traces} == {"test"}
+    # each model call is a span with the request's messages, the raw output, tokens, latency
+    # (a request asked twice in the eval is answered by the cache the second time)
+    calls = [s for t in traces for s in t.data.spans if s.get_attribute("component")]
+    fresh = [c for c in calls if not c.get_attribute("cache_hit")]
+    asked = [
+        json.dumps([{"role": m["role"], "content": m["content"]} for m in r["messages"]])
+        for r in requests
+    ]
+    # all but the checker's calibration, which runs before any session, on made-up notes
+    calibration = [
+        json.dumps([{"role": m["role"], "content": m["content"]} for m in c["messages"]])
+        for c in calibration_calls
+    ]
+    assert len(calibration) == 4
+    for text in calibration:
+        asked.remove(text)
+    assert sorted(json.dumps(c.inputs["messages"]) for c in fresh) == sorted(asked)
+    for call in calls:
+        assert call.get_attribute("prompt_tokens") > 0
+        assert call.get_attribute("latency_s") == pytest.approx(
+            (call.end_time_ns - call.start_time_ns) / 1e9, abs=1e-4
+        )
+        assert call.outputs["choices"][0]["message"]["content"]
     # a rerun resumes: the same run, nothing logged twice
     assert main(eval_args(tmp_path, fake, POLICIES / "awi.yaml", "a", uri)) == 0
     assert [r.info.run_id for r in mlc.search_runs([exp])] == [run.info.run_id]

@@ -26,6 +26,10 @@ A fourth (issue 57): the optimizer's feedback shows each private value as its ty
 were written again; their only differences are the values turned placeholders and the summaries'
 `chars`. The fake optimizer's replies do not read the values, so no prompt, step or score moved;
 GEPA's stored records hold no summary text and did not move.
+
+A fifth (issue 58): each split of a cycle record gains `more`, the catalogue's metrics without a
+field of their own (feedback/metrics.py); it is empty in every case here, and nothing else moved
+(the five files were written again).
 """
 
 from __future__ import annotations

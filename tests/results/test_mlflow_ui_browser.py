@@ -44,6 +44,10 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     said = " ".join(opening.split()[:6])  # the user's own words
     label = root.outputs["memory lines added"][0].split(":")[0]  # e.g. said_about_work
     assert label.startswith("said_about_")
+    # the writer's model calls are spans of the session, their raw output and tokens kept
+    writes = [s for s in trace.data.spans if s.get_attribute("component") == "memory"]
+    assert writes and all(w.get_attribute("prompt_tokens") > 0 for w in writes)
+    assert all(w.outputs["choices"][0]["message"]["content"] for w in writes)
     prompt = mlc.get_run(outcome.run_id).data.tags["memloop.prompt_name"]
     # a session with probes: its questions' results are assessments on its trace
     probed = next(t for t in traces if mlc.get_trace(t.info.trace_id).info.assessments)
@@ -63,6 +67,8 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     assert "turn 1" in text and "memory write" in text, "the trace's spans are not shown"
     assert said in text
     assert label in text
+    # the writer's model calls are in the trace's span tree (their raw output: the API, above)
+    assert f"memory · {writes[0].get_attribute('model')}" in text
     shown = html.unescape(assessed)
     # the questions' results are assessments: the Traces table has a column for each, to
     # filter and compare by
