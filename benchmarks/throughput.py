@@ -13,6 +13,8 @@ call. Writes benchmarks/results/throughput.json with the commit.
 
     python benchmarks/throughput.py                          # the targets' configurations
     python benchmarks/throughput.py --configs 32:0 128:0.125  # users:latency pairs
+    python benchmarks/throughput.py --configs 16:0 64:0 logged:16:0 logged:64:0 \\
+        --out benchmarks/results/throughput-traces.json      # the CPU per call of traces
     python benchmarks/throughput.py --configs 32:0 128:0:64 \\
         --out benchmarks/results/throughput-issue-table.json  # the issue's table
 """
@@ -90,8 +92,13 @@ def measured(
     }
 
 
-def one(users: int, latency: float, parallel: int | None = None) -> dict:
-    """Run one configuration in this process; its numbers."""
+def one(users: int, latency: float, parallel: int | None = None, logged: bool = False) -> dict:
+    """Run one configuration in this process; its numbers.
+
+    `logged`: the eval is also logged to MLflow as `memloop eval` logs it (a sqlite store, each
+    user's sessions as traces with their model calls and question results), inside the
+    measured time: what the traces cost per call.
+    """
     started = time.perf_counter()
     cpu_started = time.process_time()
     from memloop.core.settings import program_gc
@@ -124,6 +131,8 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
                     progress=False,
                 ),
             )
+            if logged:
+                log_to_mlflow(items, config, result, Path(out))
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     calls = result.new_requests
     bound = parallel / latency if latency > 0 else None
@@ -132,6 +141,7 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
     longest = max(per_thread.values())
     chain_bound = calls / (longest * latency) if latency > 0 else None
     return {
+        **({"kind": "logged"} if logged else {}),
         **measured(users, parallel, latency, calls, (startup_wall, startup_cpu, wall, cpu)),
         "endpoint_bound_calls_per_s": None if bound is None else round(bound, 1),
         "share_of_bound": None if bound is None else round(calls / wall / bound, 3),
@@ -143,11 +153,52 @@ def one(users: int, latency: float, parallel: int | None = None) -> dict:
     }
 
 
+def log_to_mlflow(items, config, result, out: Path) -> None:
+    """The eval's MLflow run with traces, as `memloop eval` logs it."""
+    import os
+
+    from memloop.runs.eval_log import log_eval
+    from memloop.runs.spec import eval_spec
+
+    os.environ.pop("MEMLOOP_TRACES", None)  # traces on, as outside the tests
+    spec = eval_spec(
+        environment={"procedural": {"users": len(items), "seed": 0}},
+        user_ids=[i.id for i in items],
+        policy=config.model_dump(mode="json"),
+        prompts_sha256="-",
+        prompts_source="seed",
+        endpoints={},
+        periods=None,
+        rounds={"init": 1, "update": 1},
+        replay=None,
+        record_only=False,
+        probes=None,
+    )
+    log_eval(
+        f"sqlite:///{out}/mlflow.db",
+        "throughput",
+        spec,
+        policy="awi",
+        objective="state_accuracy",
+        prompts={},
+        result=result,
+        out=out,
+    )
+
+
 def marginal_cpu(rows: list[dict]) -> dict[str, dict[str, float]]:
     """CPU ms per extra call between consecutive sizes at one latency: what one more call costs,
     with the one-time work of a run (lazy imports, the plot, thread start-up) left out."""
     out: dict[str, dict[str, float]] = {}
-    evals = [r for r in rows if r.get("kind", "eval") == "eval"]
+    for kind in ("eval", "logged"):
+        evals = [r for r in rows if r.get("kind", "eval") == kind]
+        for latency, steps in _marginal(evals).items():
+            out[latency if kind == "eval" else f"{latency} logged"] = steps
+    return out
+
+
+def _marginal(evals: list[dict]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
     for latency in sorted({r["latency_s"] for r in evals}):
         same = sorted((r for r in evals if r["latency_s"] == latency), key=lambda r: r["calls"])
         steps = {}
@@ -226,7 +277,8 @@ def main() -> None:
         "--configs",
         nargs="+",
         default=DEFAULT,
-        help="users:latency_s[:parallel] (an eval), or evolve:users:latency_s",
+        help="users:latency_s[:parallel] (an eval), logged:users:latency_s (an eval logged to "
+        "MLflow with traces), or evolve:users:latency_s",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON file to write")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # one config, run in this process
@@ -236,8 +288,11 @@ def main() -> None:
             _, users, latency = args.one.split(":")
             print(json.dumps(one_evolve(int(users), float(latency))))
             return
-        users, latency, *parallel = args.one.split(":")
-        print(json.dumps(one(int(users), float(latency), *(int(p) for p in parallel))))
+        logged = args.one.startswith("logged:")
+        users, latency, *parallel = args.one.removeprefix("logged:").split(":")
+        print(
+            json.dumps(one(int(users), float(latency), *(int(p) for p in parallel), logged=logged))
+        )
         return
     rows = []
     for config in args.configs:
@@ -254,7 +309,10 @@ def main() -> None:
             else f", {row['share_of_bound']:.0%} of bound "
             f"({row['share_of_chain_bound']:.0%} of the busiest thread's)"
         )
-        kind = "evolve, 2 cycles + replay screen: " if row.get("kind") == "evolve" else ""
+        kind = {
+            "evolve": "evolve, 2 cycles + replay screen: ",
+            "logged": "eval logged to MLflow with traces: ",
+        }.get(row.get("kind", ""), "")
         print(
             f"{kind}{row['users']:5d} users ({row['parallel']} parallel), latency "
             f"{row['latency_s']:.3f} s: {row['calls']} calls in {row['wall_s']} s = "

@@ -64,8 +64,8 @@ class Span:
 class Assessment:
     """A question's result on its trace: an MLflow feedback the Traces page filters by.
 
-    `correct`; `failure` (format / write / read / utilization; none for a right answer);
-    `P(truth)` (the letter read's probability of the true value, where it was read).
+    `result`: `right`, or the wrong answer's failure class (format / write / read /
+    utilization); `P(truth)`: the letter read's probability of the true value, where it was read.
     """
 
     name: str
@@ -297,15 +297,18 @@ def probes_span(record: PeriodRecord, calls: list[dict[str, Any]] | None = None)
 def question_assessments(
     record: PeriodRecord, lookup: dict[tuple[str, int, int], QuestionRecord]
 ) -> list[Assessment]:
-    """Each of the period's questions' results: correct, its failure class, P(truth)."""
+    """Each of the period's questions' results: right or its failure class, and P(truth).
+
+    One feedback per question for both (each is a store transaction of its own): `right`, or
+    the class of the wrong answer's failure.
+    """
     out = []
     for q in (QuestionRecord.model_validate(d) for d in record.probes.get("questions", [])):
         chosen = q.chosen_index
         answer = "no answer" if chosen is None else option_text(chosen, q.choices[chosen])
         truth = option_text(q.gold_index, q.choices[q.gold_index])
         where = f"question {q.question_index + 1}: answered {answer}; truth {truth}"
-        out.append(Assessment("correct", q.correct, where))
-        out.append(Assessment("failure", classify_failure(q, lookup) or "none", where))
+        out.append(Assessment("result", classify_failure(q, lookup) or "right", where))
         probs = [p for p in q.state_probs.values() if p is not None]
         if probs:
             mean = sum(probs) / len(probs)

@@ -70,9 +70,9 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     # the writer's model calls are in the trace's span tree (their raw output: the API, above)
     assert f"memory · {writes[0].get_attribute('model')}" in text
     shown = html.unescape(assessed)
-    # the questions' results are assessments: the Traces table has a column for each, to
+    # the questions' results are assessments: the Traces table has a column for them, to
     # filter and compare by
-    assert "Column options for correct" in shown and "Column options for failure" in shown
+    assert "Column options for result" in shown
     assert "question 1 · " in shown  # the probed trace is open: its questions are spans
     assert prompt in html.unescape(prompts_page)
     # listed under its own experiment only (MLflow alone linked it to Default)

@@ -275,14 +275,12 @@ def test_traces_in_a_real_store_are_linked_to_the_run_grouped_by_session_and_log
         (a.name, a.value, a.rationale) for a in mlc.get_trace(found.info.trace_id).info.assessments
     ) == [
         ("P(truth)", 0.25, f"{truth}; mean of 1 variable(s)"),
-        ("correct", False, truth),
-        ("failure", "write", truth),  # the state read in the fact's own period was wrong
+        ("result", "write", truth),  # wrong: the state read in the fact's own period was wrong
     ]
     for condition, hits in (
-        ("feedback.correct = 'false'", 1),
-        ("feedback.correct = 'true'", 0),
-        ("feedback.failure = 'write'", 1),
-        ("feedback.failure = 'read'", 0),
+        ("feedback.result = 'write'", 1),
+        ("feedback.result = 'right'", 0),
+        ("feedback.result = 'read'", 0),
     ):
         assert len(mlc.search_traces(locations=[exp], filter_string=condition)) == hits, condition
 
