@@ -60,7 +60,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix memloop tests benchmarks examples
 	$(BIN)/ruff format memloop tests benchmarks examples
 
-# The first pass of `make test` alone: no model starts (about 4 min on 2 cores).
+# The first pass of `make test` alone: no model starts (about 7 min on 2 cores).
 test-fast: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not real_model and not slow and not scaleout"
 
