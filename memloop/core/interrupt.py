@@ -45,3 +45,11 @@ def wait(done: threading.Event) -> None:
     while not done.wait(POLL_S):
         if _STOP.is_set():
             raise Interrupted("interrupted")
+
+
+def by_user(error: BaseException) -> bool:
+    """`error` ended the work because the user stopped it: a Ctrl-C, or the flag set.
+
+    The flag too: a worker thread's error may wrap the Ctrl-C that stopped it.
+    """
+    return isinstance(error, KeyboardInterrupt) or interrupted()

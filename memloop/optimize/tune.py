@@ -610,7 +610,7 @@ class Tuner:
             return self._objective(trial, study_run)
         except BaseException as e:
             # the flag too: an interrupted worker thread's error may arrive wrapped in another
-            if isinstance(e, KeyboardInterrupt) or interrupt.interrupted():
+            if interrupt.by_user(e):
                 trial.storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
             raise
 

@@ -86,11 +86,11 @@ class Recorder:
 
 
 def end_status(error: BaseException) -> str:
-    """The status of a run its block left by `error`: KILLED for Ctrl-C, else FAILED.
+    """The status of a run its block left by `error`: KILLED or FAILED.
 
-    The interrupt flag too: a Ctrl-C may reach the block wrapped in a worker thread's error.
+    KILLED when the user stopped it (`interrupt.by_user`), FAILED on any other error.
     """
-    return "KILLED" if isinstance(error, KeyboardInterrupt) or interrupt.interrupted() else "FAILED"
+    return "KILLED" if interrupt.by_user(error) else "FAILED"
 
 
 @contextmanager

@@ -110,9 +110,11 @@ def user_traces(
     out = []
     # every question of the episode: a wrong answer's failure class looks up the state query
     # of the period its fact was written in
-    lookup = index_records(
-        QuestionRecord.model_validate(d) for r in records for d in r.probes.get("questions", [])
-    )
+    questions = {
+        r.period: [QuestionRecord.model_validate(d) for d in r.probes.get("questions", [])]
+        for r in records
+    }
+    lookup = index_records(q for qs in questions.values() for q in qs)
     for record in records:
         logged_turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
         turns = list(logged_turns.get("sessions", []))
@@ -142,9 +144,11 @@ def user_traces(
             probes = None
             assessments: list[Assessment] = []
             if s == len(record.sessions) - 1 and record.probes:
-                probes = probes_span(record, logged_turns.get("probe_calls", []))
+                probes = probes_span(
+                    record, questions[record.period], logged_turns.get("probe_calls", [])
+                )
                 root.children.append(probes)
-                assessments = question_assessments(record, lookup)
+                assessments = question_assessments(questions[record.period], lookup)
             response = _stored(added, removed, probes.outputs if probes else None)
             # what a reader looks for first: what this session left in memory
             root.outputs = {
@@ -251,7 +255,11 @@ def call_span(call: dict[str, Any]) -> Span:
     )
 
 
-def probes_span(record: PeriodRecord, calls: list[dict[str, Any]] | None = None) -> Span:
+def probes_span(
+    record: PeriodRecord,
+    questions: list[QuestionRecord],
+    calls: list[dict[str, Any]] | None = None,
+) -> Span:
     """The period's evaluation: the memory the probes read and every question's outcome."""
     probes = record.probes
     span = Span(
@@ -260,7 +268,7 @@ def probes_span(record: PeriodRecord, calls: list[dict[str, Any]] | None = None)
         inputs={"memory": probes.get("memory_view", "")},
     )
     right = 0
-    for q in (QuestionRecord.model_validate(d) for d in probes.get("questions", [])):
+    for q in questions:
         verdict = "unparsed" if q.unparsed else ("right" if q.correct else "wrong")
         right += q.correct
         state = {
@@ -295,7 +303,7 @@ def probes_span(record: PeriodRecord, calls: list[dict[str, Any]] | None = None)
 
 
 def question_assessments(
-    record: PeriodRecord, lookup: dict[tuple[str, int, int], QuestionRecord]
+    questions: list[QuestionRecord], lookup: dict[tuple[str, int, int], QuestionRecord]
 ) -> list[Assessment]:
     """Each of the period's questions' results: right or its failure class, and P(truth).
 
@@ -303,7 +311,7 @@ def question_assessments(
     the class of the wrong answer's failure.
     """
     out = []
-    for q in (QuestionRecord.model_validate(d) for d in record.probes.get("questions", [])):
+    for q in questions:
         chosen = q.chosen_index
         answer = "no answer" if chosen is None else option_text(chosen, q.choices[chosen])
         truth = option_text(q.gold_index, q.choices[q.gold_index])
