@@ -2,12 +2,15 @@
 
 `memloop_ui(uri, experiment)` starts `memloop ui` (the command users run) on a free port and
 yields its printed address once the UI answers; `rendered(url)` is the DOM Chromium has after the
-page's scripts ran; `screenshot(url, path)` saves what it shows. Chromium is Debian's
-(`apt-get install chromium`; `make test` installs it when missing and run as root).
+page's scripts ran; `screenshot(url, path)` saves what it shows; `driven(url)` is a page one can
+click in (Chromium's DevTools protocol over its pipe: no driver package, no port). Chromium is
+Debian's (`apt-get install chromium`; `make test` installs it when missing and run as root).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import shutil
@@ -83,6 +86,118 @@ def screenshot(
     if not path.is_file():
         raise RuntimeError(f"Chromium saved no screenshot of {url}")
     return path
+
+
+class Page:
+    """A page open in Chromium, driven over the DevTools protocol (`driven`)."""
+
+    def __init__(self, commands: int, replies: int, session: str = "") -> None:
+        self._commands, self._replies, self._session = commands, replies, session
+        self._next = 0
+        self._buffer = b""
+
+    def send(self, method: str, **params: object) -> dict:
+        """One DevTools command; its result (RuntimeError on the protocol's error)."""
+        self._next += 1
+        message: dict[str, object] = {"id": self._next, "method": method, "params": params}
+        if self._session:
+            message["sessionId"] = self._session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buffer:
+                chunk = os.read(self._replies, 1 << 16)
+                if not chunk:
+                    raise RuntimeError("Chromium closed its DevTools pipe")
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._next:  # events and other replies are skipped
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def evaluate(self, expression: str) -> object:
+        """The value of a JavaScript expression in the page (awaited when a promise)."""
+        result = self.send(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
+        return result.get("result", {}).get("value")
+
+    def text(self) -> str:
+        """What the page shows as text now."""
+        return str(self.evaluate("document.body ? document.body.innerText : ''") or "")
+
+    def wait_for_text(self, wanted: str, timeout_s: float = 60) -> str:
+        """The page's text once it holds `wanted` (RuntimeError after `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            shown = self.text()
+            if wanted in shown:
+                return shown
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the page did not show {wanted!r} within {timeout_s:.0f} s")
+            time.sleep(0.25)
+
+    def click_text(self, wanted: str, timeout_s: float = 60) -> None:
+        """Click the innermost element whose text starts with `wanted`, once it is shown."""
+        script = (
+            f"(() => {{ const want = {json.dumps(wanted)};"
+            " const hits = [...document.querySelectorAll('body *')].filter(e =>"
+            " e.children.length === 0 && e.textContent.trim().startsWith(want));"
+            " if (!hits.length) return false; hits[0].click(); return true; })()"
+        )
+        deadline = time.monotonic() + timeout_s
+        while not self.evaluate(script):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing on the page reads {wanted!r} to click")
+            time.sleep(0.25)
+
+
+@contextmanager
+def driven(url: str, *, size: tuple[int, int] = (1500, 1100)) -> Iterator[Page]:
+    """`url` open in a headless Chromium one can click in (`Page`); closed when the block ends.
+
+    Chromium reads DevTools commands on its descriptor 3 and writes replies on 4
+    (`--remote-debugging-pipe`).
+    """
+    to_chromium, commands = os.pipe()
+    replies, from_chromium = os.pipe()
+
+    def descriptors() -> None:  # in the child, before Chromium starts: its ends on 3 and 4
+        read_end = fcntl.fcntl(to_chromium, fcntl.F_DUPFD, 10)
+        write_end = fcntl.fcntl(from_chromium, fcntl.F_DUPFD, 10)
+        os.dup2(read_end, 3)
+        os.dup2(write_end, 4)
+
+    with tempfile.TemporaryDirectory(prefix="memloop-chromium-") as profile:
+        browser = subprocess.Popen(
+            [
+                chromium(),
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={size[0]},{size[1]}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=descriptors,  # its descriptors 3 and 4, set before exec
+            pass_fds=(3, 4),
+        )
+        os.close(to_chromium)
+        os.close(from_chromium)
+        try:
+            browser_page = Page(commands, replies)
+            target = browser_page.send("Target.createTarget", url=url)["targetId"]
+            attached = browser_page.send("Target.attachToTarget", targetId=target, flatten=True)
+            page = Page(commands, replies, attached["sessionId"])
+            page._next = browser_page._next  # one numbering for the pipe's commands
+            yield page
+        finally:
+            browser.kill()
+            browser.wait(timeout=30)
+            os.close(commands)
+            os.close(replies)
 
 
 @dataclass

@@ -4,6 +4,8 @@ An evolve run on the fake endpoint whose writer stores what the user said (`writ
 `memloop ui` on its store; the pages Chromium renders:
 - the Traces page, on one session's trace: the user's own words and a memory line the writer
   stored in that session are on the page;
+- on a probed session's trace, clicked as a user clicks: the writer call's span shows its raw
+  output, and the questions' results are assessments shown on the trace;
 - the experiment's Prompts page lists the run's registered prompt, MLflow's Default one does not.
 """
 
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 import html
 import re
+import time
 
 import pytest
 
 from memloop.optimize.evolve import run_evolve
 from memloop.runs import tracker
 from memloop.testing import FakeOpenAIServer, fake_roles, writing_reply
-from memloop.testing.browser import memloop_ui, rendered
+from memloop.testing.browser import driven, memloop_ui, rendered
 from memloop.testing.commands import small_evolve
 
 pytestmark = pytest.mark.usefixtures("traces_on")  # the suite logs none (conftest)
@@ -50,15 +53,33 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     assert all(w.outputs["choices"][0]["message"]["content"] for w in writes)
     prompt = mlc.get_run(outcome.run_id).data.tags["memloop.prompt_name"]
     # a session with probes: its questions' results are assessments on its trace
-    probed = next(t for t in traces if mlc.get_trace(t.info.trace_id).info.assessments)
+    probed = mlc.get_trace(
+        next(t for t in traces if mlc.get_trace(t.info.trace_id).info.assessments).info.trace_id
+    )
+    (write, *_) = (s for s in probed.data.spans if s.get_attribute("component") == "memory")
+    raw = write.outputs["choices"][0]["message"]["content"]
+    results = {a.value for a in probed.info.assessments if a.name == "result"}
+    assert results <= {"right", "write", "read", "utilization", "format"} and results
     with memloop_ui(config.tracking_uri, "ui-traces") as ui:
         base = ui.address.split("#")[0]
         page = rendered(
             f"{base}#/experiments/{exp}/traces?selectedEvaluationId={trace.info.trace_id}"
         )
-        assessed = rendered(
+        with driven(
             f"{base}#/experiments/{exp}/traces?selectedEvaluationId={probed.info.trace_id}"
-        )
+        ) as trace_page:
+            span_name = f"memory · {write.get_attribute('model')}"
+            trace_page.wait_for_text(span_name)
+            # the table's result column (assessments load after the spans)
+            assessed = trace_page.wait_for_text("\nresult\n")
+            trace_page.click_text(span_name)  # the writer's call, as a user selects it
+            # its raw output, as the span panel shows it (pretty-printed: compared without spaces)
+            raw_shown = "".join(trace_page.wait_for_text("Outputs").split())
+            deadline = 30
+            while "".join(raw.split()) not in raw_shown and deadline > 0:
+                time.sleep(0.5)
+                deadline -= 0.5
+                raw_shown = "".join(trace_page.text().split())
         prompts_page = rendered(f"{base}#/experiments/{exp}/prompts")
         default_prompts = rendered(f"{base}#/experiments/0/prompts")  # MLflow's Default
     text = html.unescape(page)
@@ -72,8 +93,11 @@ def test_the_ui_shows_a_users_session_with_its_stored_edit_and_the_experiments_p
     shown = html.unescape(assessed)
     # the questions' results are assessments: the Traces table has a column for them, to
     # filter and compare by
-    assert "Column options for result" in shown
+    assert "\nresult\n" in shown  # the column's header
     assert "question 1 · " in shown  # the probed trace is open: its questions are spans
+    assert "".join(raw.split()) in raw_shown, "the writer call's raw output is not shown"
+    # each question's result is in the trace's row of the result column
+    assert any(f"\n{value}\n" in shown for value in results)
     assert prompt in html.unescape(prompts_page)
     # listed under its own experiment only (MLflow alone linked it to Default)
     assert "Prompts" in default_prompts and prompt not in html.unescape(default_prompts)
