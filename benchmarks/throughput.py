@@ -131,8 +131,9 @@ def one(users: int, latency: float, parallel: int | None = None, logged: bool = 
                     progress=False,
                 ),
             )
+            parts: dict[str, float] = {}
             if logged:
-                log_to_mlflow(items, config, result, Path(out))
+                parts = log_to_mlflow(items, config, result, Path(out))
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     calls = result.new_requests
     bound = parallel / latency if latency > 0 else None
@@ -143,6 +144,7 @@ def one(users: int, latency: float, parallel: int | None = None, logged: bool = 
     return {
         **({"kind": "logged"} if logged else {}),
         **measured(users, parallel, latency, calls, (startup_wall, startup_cpu, wall, cpu)),
+        **{f"{part}_cpu_s": round(seconds, 2) for part, seconds in parts.items()},
         "endpoint_bound_calls_per_s": None if bound is None else round(bound, 1),
         "share_of_bound": None if bound is None else round(calls / wall / bound, 3),
         "busiest_thread_calls": longest,
@@ -153,12 +155,40 @@ def one(users: int, latency: float, parallel: int | None = None, logged: bool = 
     }
 
 
-def log_to_mlflow(items, config, result, out: Path) -> None:
-    """The eval's MLflow run with traces, as `memloop eval` logs it."""
+def timed(owner, name: str, spent: dict[str, float], part: str) -> None:
+    """Add the process CPU of each call of `owner.name` to `spent[part]` (instrumentation)."""
+    inner = getattr(owner, name)
+
+    def measured_call(*args, **kwargs):
+        started = time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[part] = spent.get(part, 0.0) + time.process_time() - started
+
+    setattr(owner, name, measured_call)
+
+
+def log_to_mlflow(items, config, result, out: Path) -> dict[str, float]:
+    """The eval's MLflow run with traces, as `memloop eval` logs it; the CPU seconds of its parts.
+
+    Parts (single-threaded here, so process CPU is theirs): `traces` (all of `log_traces`: the
+    traces checked against the store, built into MLflow spans and sent), of which
+    `mlflow_spans` (MLflow's `TracingClient.log_spans`: its store writing spans and traces) and
+    `mlflow_assessments` (`log_assessment`, one store transaction per question result).
+    """
     import os
 
+    from mlflow.tracing.client import TracingClient
+
+    from memloop.runs import tracker
     from memloop.runs.eval_log import log_eval
     from memloop.runs.spec import eval_spec
+
+    spent: dict[str, float] = {}
+    timed(tracker, "log_traces", spent, "traces")
+    timed(TracingClient, "log_spans", spent, "mlflow_spans")
+    timed(TracingClient, "log_assessment", spent, "mlflow_assessments")
 
     os.environ.pop("MEMLOOP_TRACES", None)  # traces on, as outside the tests
     spec = eval_spec(
@@ -184,6 +214,7 @@ def log_to_mlflow(items, config, result, out: Path) -> None:
         result=result,
         out=out,
     )
+    return spent
 
 
 def marginal_cpu(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -194,10 +225,15 @@ def marginal_cpu(rows: list[dict]) -> dict[str, dict[str, float]]:
         evals = [r for r in rows if r.get("kind", "eval") == kind]
         for latency, steps in _marginal(evals).items():
             out[latency if kind == "eval" else f"{latency} logged"] = steps
+    logged = [r for r in rows if r.get("kind") == "logged"]
+    for part in ("traces", "mlflow_spans", "mlflow_assessments"):
+        if all(f"{part}_cpu_s" in r for r in logged):
+            for latency, steps in _marginal(logged, f"{part}_cpu_s").items():
+                out[f"{latency} logged: {part}"] = steps
     return out
 
 
-def _marginal(evals: list[dict]) -> dict[str, dict[str, float]]:
+def _marginal(evals: list[dict], key: str = "cpu_s") -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for latency in sorted({r["latency_s"] for r in evals}):
         same = sorted((r for r in evals if r["latency_s"] == latency), key=lambda r: r["calls"])
@@ -205,7 +241,7 @@ def _marginal(evals: list[dict]) -> dict[str, dict[str, float]]:
         for small, large in zip(same, same[1:], strict=False):
             extra_calls = large["calls"] - small["calls"]
             if extra_calls > 0:
-                extra_cpu_ms = 1000 * (large["cpu_s"] - small["cpu_s"])
+                extra_cpu_ms = 1000 * (large[key] - small[key])
                 steps[f"{small['users']}->{large['users']}"] = round(extra_cpu_ms / extra_calls, 2)
         if steps:
             out[str(latency)] = steps
