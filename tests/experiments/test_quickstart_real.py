@@ -72,9 +72,56 @@ def first_run(quickstart) -> str:
 
     _, _, args = quickstart
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    # traces logged, as outside the tests: the embedded model's own calls become spans
+    with pytest.MonkeyPatch.context() as traces_on, contextlib.redirect_stdout(out):
+        traces_on.delenv("MEMLOOP_TRACES")
         assert main(args) == 0
     return out.getvalue()
+
+
+def test_the_embedded_models_calls_are_spans_and_the_questions_results_feedback(
+    quickstart, first_run
+):
+    """Traces of real calls: the writer's and the probes' requests to the embedded model, each
+    with its messages, raw output, tokens and latency as they happened; each question's result
+    as an assessment the search API filters on."""
+    from memloop.runs import tracker
+
+    _, uri, _ = quickstart
+    mlc = tracker.client(uri)
+    exp = mlc.get_experiment_by_name("quickstart-test").experiment_id
+    (run,) = (
+        r for r in mlc.search_runs([exp]) if r.data.tags["memloop.feedback_mode"] == "complete"
+    )
+    traces = mlc.search_traces(locations=[exp], run_id=run.info.run_id, max_results=500)
+    assert traces
+    calls = [s for t in traces for s in t.data.spans if s.get_attribute("component")]
+    components = {s.get_attribute("component") for s in calls}
+    assert {"agent", "memory", "probe"} <= components, components
+    for span in calls:
+        # the model as the embedded server loaded it: its name and weights hash
+        assert span.get_attribute("model").startswith("qwen2.5-coder-0.5b-instruct")
+        assert span.get_attribute("prompt_tokens") > 0
+        assert span.get_attribute("completion_tokens") > 0 or span.get_attribute("cache_hit")
+        assert span.end_time_ns > span.start_time_ns
+        assert span.inputs["messages"] and isinstance(
+            span.outputs["choices"][0]["message"]["content"], str
+        )
+    results = [
+        a.value
+        for t in traces
+        for a in mlc.get_trace(t.info.trace_id).info.assessments
+        if a.name == "result"
+    ]
+    assert results
+    for value in set(results):
+        found = mlc.search_traces(
+            locations=[exp], run_id=run.info.run_id, filter_string=f"feedback.result = '{value}'"
+        )
+        assert found and all(
+            value in {a.value for a in mlc.get_trace(t.info.trace_id).info.assessments}
+            for t in found
+        )
 
 
 def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
