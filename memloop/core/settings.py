@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 SHIPPED_FILES = Path(__file__).resolve().parents[1] / "experiments"
@@ -98,6 +99,21 @@ def quiet_third_party_warnings() -> None:
     logging.getLogger("dspy").setLevel(logging.ERROR)
     # DSPy's import sets its own logger back to INFO; a child's own level stays
     logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
+
+
+def import_keeping_warning_filters(module: str) -> Any:
+    """Import `module` without letting its import change the process's warning filters.
+
+    mem0's client turns every DeprecationWarning on, process-wide, when it is imported
+    (`warnings.filterwarnings("default", category=DeprecationWarning)` in mem0/client/main.py):
+    after it, SQLAlchemy's deprecation warnings from MLflow's schema migrations were printed by
+    every AWE evolve and tune. The filters are restored when the import ends.
+    """
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        return importlib.import_module(module)
 
 
 PROGRAM_GC_THRESHOLDS = (50_000, 20, 100)

@@ -26,9 +26,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from memloop.core.settings import apply_offline_defaults
+from memloop.core.settings import apply_offline_defaults, import_keeping_warning_filters
 
 apply_offline_defaults()  # mem0 reads MEM0_TELEMETRY / MEM0_DIR when it is imported
+import_keeping_warning_filters("mem0")  # its import would turn DeprecationWarnings on
 
 from mem0 import Memory  # noqa: E402
 from mem0.vector_stores.qdrant import Qdrant  # noqa: E402

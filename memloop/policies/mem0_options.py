@@ -82,9 +82,10 @@ _EXTRA = re.compile(r"Extra fields not allowed: (.*?)\. Please input only the fo
 
 
 def _mem0() -> tuple[Any, Any]:
-    from memloop.core.settings import apply_offline_defaults
+    from memloop.core.settings import apply_offline_defaults, import_keeping_warning_filters
 
     apply_offline_defaults()  # mem0 reads MEM0_TELEMETRY / MEM0_DIR when it is imported
+    import_keeping_warning_filters("mem0")  # its import would turn DeprecationWarnings on
     from mem0.utils.factory import VectorStoreFactory
     from mem0.vector_stores.configs import VectorStoreConfig
 

@@ -90,3 +90,35 @@ def test_an_evolve_prints_no_library_warning(tmp_path):
         done = memloop(tmp_path, "evolve", str(path), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def test_an_awe_tune_prints_no_library_warning(tmp_path):
+    """Issue 59: mem0's import turned every DeprecationWarning on, process-wide, and SQLAlchemy's
+    deprecation warning from MLflow's schema migration was printed by every AWE tune."""
+    (tmp_path / "awe.yaml").write_text("type: awe\n")
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        path = write_small_tune(
+            tmp_path,
+            "quiet-awe",
+            trials=1,
+            endpoints=endpoints(tmp_path, fake),
+            parallel_users=1,
+        )
+        path.write_text(path.read_text().replace(str(tmp_path / "awi.yaml"), "awe.yaml"))
+        done = memloop(tmp_path, "tune", str(path), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "1 finished trials" in done.stdout and "awe" in done.stdout.lower()
+    assert done.stderr == ""
+
+
+def test_importing_mem0_through_memloop_leaves_the_warning_filters_as_they_were():
+    import subprocess as sp
+
+    script = (
+        "import warnings; before = list(warnings.filters); "
+        "import memloop.policies.external; "
+        "import mem0.client.main; "  # the module whose import turned them on
+        "assert warnings.filters == before, warnings.filters[:3]"
+    )
+    done = sp.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
