@@ -16,6 +16,25 @@ Format = Literal["table", "csv", "md"]
 FORMATS: tuple[str, ...] = ("table", "csv", "md")
 WIDTH = 100  # a text table wider than this is split into parts (the key columns repeated)
 
+
+def wrap_prose(text: str, indent: str = "  ", width: int = WIDTH) -> str:
+    """A line of prose within `width` columns, later lines indented by `indent`.
+
+    The indent comes after the line's own leading spaces. A path, a file name or a command is
+    never broken: not at a hyphen, not inside a word longer than the line.
+    """
+    import textwrap
+
+    lead = len(text) - len(text.lstrip(" "))
+    return textwrap.fill(
+        text,
+        width,
+        subsequent_indent=" " * lead + indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 # the columns of a paired comparison (core.stats.Paired): users, mean difference, Student t
 # interval, sign-flip permutation p, users whose difference is > 0 / = 0 / < 0
 PAIRED_COLUMNS = ("n", "mean diff", "95% CI", "p (sign-flip)", "up/tied/down")

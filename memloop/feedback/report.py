@@ -14,10 +14,10 @@ from typing import Any
 
 from memloop.core.files import atomic_savefig, atomic_write_json
 from memloop.core.tables import (
-    WIDTH,
     format_cost,
     format_number,
     format_table,
+    wrap_prose,
 )
 from memloop.environment.episode import PeriodRecord
 from memloop.feedback.calibration import recall_null_reason
@@ -382,8 +382,6 @@ def format_metrics(metrics: dict[str, Any], fmt: str = "table", *, first: str | 
     tables, the scores and the failure shares, each within 100 columns; as CSV one table and
     nothing else; as Markdown one table and the totals.
     """
-    import textwrap
-
     columns: tuple[str, ...] = SCORE_COLUMNS
     if metrics.get("state_prob") is not None:  # the letter read: its probability beside it
         at = columns.index("state_accuracy") + 1
@@ -430,7 +428,4 @@ def format_metrics(metrics: dict[str, Any], fmt: str = "table", *, first: str | 
         each = ", ".join(f"{k} {format_cost(v)}" for k, v in cost.items())
         notes.append(f"cost: ${format_cost(sum(cost.values()))} at the endpoints' prices: {each}")
     sep = "\n\n" if fmt == "md" else "\n"
-    wrapped = [
-        textwrap.fill(n, WIDTH, subsequent_indent="  ", break_on_hyphens=False) for n in notes
-    ]
-    return sep.join(lines + wrapped)
+    return sep.join(lines + [wrap_prose(n) for n in notes])

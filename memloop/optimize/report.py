@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from typing import Any
 
-from memloop.core.tables import WIDTH, format_table, printable
+from memloop.core.tables import format_table, printable, wrap_prose
 from memloop.feedback.metrics import metric_column
 
 
@@ -72,16 +71,7 @@ def print_outcomes(config: Any, outcomes: list[Any]) -> None:
 
 def say(text: str, indent: str = "  ") -> None:
     """A line of prose, wrapped to the tables' width."""
-    lead = len(text) - len(text.lstrip(" "))
-    print(
-        textwrap.fill(
-            text,
-            WIDTH,
-            subsequent_indent=" " * lead + indent,
-            break_long_words=False,  # a path or a command stays whole
-            break_on_hyphens=False,
-        )
-    )
+    print(wrap_prose(text, indent))
 
 
 def selection_line(outcome: Any) -> str:

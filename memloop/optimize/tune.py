@@ -863,9 +863,7 @@ def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
     `fmt`: aligned text within 100 columns (`table`), the trials' table alone as CSV (`csv`), or
     Markdown (`md`). An undefined number is `n/a`.
     """
-    import textwrap
-
-    from memloop.core.tables import WIDTH, format_number
+    from memloop.core.tables import format_number, wrap_prose
     from memloop.feedback.metrics import metric_column
 
     objective = outcome.objective.value
@@ -942,7 +940,4 @@ def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
         lines.append("Optuna's plots: " + ", ".join(str(p) for p in outcome.plots))
     if fmt == "md":
         return "\n\n".join(lines)
-    return "\n".join(
-        line if line in (head, table) else textwrap.fill(line, WIDTH, subsequent_indent="  ")
-        for line in lines
-    )
+    return "\n".join(line if line in (head, table) else wrap_prose(line) for line in lines)

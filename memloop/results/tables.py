@@ -7,7 +7,6 @@ conditions. compare.py says what the tables show.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +15,10 @@ from memloop.core.stats import EXACT_MAX, SMALL_N, Paired
 from memloop.core.tables import (
     FORMATS,
     PAIRED_COLUMNS,
-    WIDTH,
     format_cost,
     format_number,
     format_table,
+    wrap_prose,
 )
 from memloop.feedback.metrics import (
     metric_column,
@@ -177,22 +176,15 @@ def render(blocks: list[Block], fmt: str = "table") -> str:
     for b in blocks:
         if isinstance(b, Table):
             table = format_table(b.headers, b.rows, align=b.align, fmt=fmt)
-            lines += [_wrap(b.title), table] if fmt == "table" else [b.title, "", table, ""]
+            lines += [wrap_prose(b.title), table] if fmt == "table" else [b.title, "", table, ""]
         elif isinstance(b, Heading):
-            lines.append(_wrap(f"=== {b.text} ===") if fmt == "table" else f"### {b.text}\n")
+            lines.append(wrap_prose(f"=== {b.text} ===") if fmt == "table" else f"### {b.text}\n")
         elif fmt == "md":
             lines.append(b + "\n" if b else "")
         else:
-            lines.append(_wrap(b))
+            lines.append(wrap_prose(b))
     text = "\n".join(lines)
     return text.replace("\n\n\n", "\n\n").strip("\n") if fmt == "md" else text
-
-
-def _wrap(line: str) -> str:
-    """A line of prose within 100 columns (later lines indented by two spaces)."""
-    return textwrap.fill(
-        line, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
-    )
 
 
 def _group_blocks(

@@ -301,3 +301,20 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
     alive.write_bytes(b"")
     atomic_write_text(target, "<svg/>")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, "cycles.svg"])
+
+
+def test_prose_is_wrapped_between_words_never_inside_a_path():
+    from memloop.core.tables import wrap_prose
+
+    plot = "runs/tune/awe-hyperparameters-small-with-a-long-name/parameter-importance-history.png"
+    text = f"Optuna's plots: {plot}, {plot.replace('history', 'slice')}, and one more word"
+    wrapped = wrap_prose(text, width=60)
+    lines = wrapped.splitlines()
+    assert lines == [
+        "Optuna's plots:",
+        f"  {plot},",
+        f"  {plot.replace('history', 'slice')},",
+        "  and one more word",
+    ]
+    # a line's own indent is kept, and later lines go two further in
+    assert wrap_prose("  a b c d", width=6).splitlines() == ["  a b", "    c", "    d"]

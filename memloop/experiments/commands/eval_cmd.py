@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 from memloop.core.settings import DEFAULT_TRACKING_URI
+from memloop.core.tables import wrap_prose
 from memloop.experiments.commands.options import (
     add_cache_option,
     add_endpoint_options,
@@ -254,10 +254,7 @@ def run_eval(args: argparse.Namespace) -> int:
     print(format_metrics(result.metrics, args.format, first=first))
     info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
     for note in result.metrics.get("warnings", []):
-        wrapped = textwrap.fill(
-            f"warning: {note}", 100, subsequent_indent="  ", break_on_hyphens=False
-        )
-        print(wrapped, file=info)
+        print(wrap_prose(f"warning: {note}"), file=info)
     if resumed := resumed_line(result.episodes):
         print(resumed, file=info)
     print(f"new model requests this run: {result.new_requests}", file=info)
