@@ -2,8 +2,9 @@
 
 The rule: a path written inside a YAML file is relative to the folder of that YAML file (an
 absolute path, or one starting with ``~``, is taken as it is). When no file is there but memloop
-ships one at that path (under memloop/experiments/), the shipped file is used: a copy of a shipped
-YAML keeps naming the shipped policies and endpoints. A path given on the command line is relative
+ships one at that path (read from memloop/experiments/ or one of its folders, as the shipped YAMLs
+name ``../policies/...``), the shipped file is used: a copy of a shipped YAML keeps naming the
+shipped policies and endpoints. A path given on the command line is relative
 to the working directory, as every shell user expects.
 """
 
@@ -137,8 +138,10 @@ def parse_model(cls: type[M], data: Any, where: str) -> M:
 def resolve_relative(value: str, yaml_path: str | Path) -> str:
     """A path named inside ``yaml_path``, resolved against that file's folder.
 
-    When nothing is there but memloop ships a file at that path, the shipped file. A URI
-    (``hf://OWNER/NAME``, any ``scheme://``) is not a path and is left alone.
+    When nothing is there but memloop ships a file at that path, the shipped file: named from
+    memloop/experiments/ (``policies/awe.yaml``) or as a shipped YAML names it from its own
+    folder (``../policies/awe.yaml`` in tune/awe.yaml), so a copy of a shipped YAML works
+    anywhere. A URI (``hf://OWNER/NAME``, any ``scheme://``) is not a path and is left alone.
     """
     if "://" in value:
         return value
@@ -146,10 +149,23 @@ def resolve_relative(value: str, yaml_path: str | Path) -> str:
     if candidate.is_absolute():
         return str(candidate)
     beside = (Path(yaml_path).resolve().parent / candidate).resolve()
-    shipped = (SHIPPED_FILES / candidate).resolve()
-    if not beside.exists() and shipped.is_file() and shipped.is_relative_to(SHIPPED_FILES):
+    if not beside.exists() and (shipped := _shipped(candidate)) is not None:
         return str(shipped)  # a copied shipped YAML naming a shipped file
     return str(beside)
+
+
+def _shipped(candidate: Path) -> Path | None:
+    """The file memloop ships at `candidate`; None when it ships none there.
+
+    `candidate` is read from memloop/experiments/ and from each of its folders (where the shipped
+    YAMLs are, naming ../policies/ and ../endpoints/).
+    """
+    folders = [SHIPPED_FILES, *sorted(d for d in SHIPPED_FILES.iterdir() if d.is_dir())]
+    for folder in folders:
+        shipped = (folder / candidate).resolve()
+        if shipped.is_file() and shipped.is_relative_to(SHIPPED_FILES):
+            return shipped
+    return None
 
 
 def resolve_path_keys(

@@ -459,7 +459,7 @@ def load_config(path: str | Path, cls: type[_Strict]) -> Any:
             raise UserError(
                 f"{path}: key '{key}': no such file {ref} (paths inside a YAML file "
                 "are relative to that file's folder, else one memloop ships in "
-                "memloop/experiments/)"
+                "memloop/experiments/ or its folders)"
             )
     return config
 

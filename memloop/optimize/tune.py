@@ -646,8 +646,8 @@ class Tuner:
                 raise UserError(
                     f"the {objective} is undefined on the {m['users']} validation users (the "
                     "upper bound never beats random on them): no trial can be ranked; add "
-                    "validation users, use a stronger agent model, or set "
-                    "`objective: state_accuracy`"
+                    "validation users, use a stronger agent model, or rank on "
+                    "`--objective state_accuracy`"
                 )
             score = m[objective]
             for key in trial_metrics():

@@ -313,7 +313,8 @@ def mem0_config(exported: Exported, key_env: str | None = None) -> dict[str, Any
     if missing:
         raise UserError(
             f"--format mem0: run {exported.run}'s policy {exported.policy!r} has prompts "
-            f"({', '.join(exported.prompts) or 'none'}), not mem0's; use --format text or dspy"
+            f"({', '.join(exported.prompts) or 'none'}), not mem0's: a mem0 config comes from an "
+            "AWE run (policy type: awe, which runs mem0); for this run use --format text or dspy"
         )
     out: dict[str, Any] = {"version": "v1.1"}
     for name, key in MEM0_KEYS.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ConfigDict
@@ -51,10 +52,11 @@ def test_paths_inside_a_yaml_are_relative_to_its_folder(tmp_path):
     folder = tmp_path / "exp"
     folder.mkdir()
     path = folder / "run.yaml"
-    path.write_text("policy: ../policies/awi.yaml\nendpoints: {agent: local.yaml}\n")
+    # (names memloop does not ship: a shipped one is found when nothing is beside the file)
+    path.write_text("policy: ../policies/mine.yaml\nendpoints: {agent: mine.yaml}\n")
     config = load_yaml_model(Experiment, path, path_keys=("policy", "endpoints.agent"))
-    assert config.policy == str(tmp_path / "policies" / "awi.yaml")
-    assert config.endpoints == {"agent": str(folder / "local.yaml")}
+    assert config.policy == str(tmp_path / "policies" / "mine.yaml")
+    assert config.endpoints == {"agent": str(folder / "mine.yaml")}
     absolute = load_yaml_model(
         Experiment, path, path_keys=("policy",), data={"policy": "/abs/p.yaml"}
     )
@@ -62,7 +64,7 @@ def test_paths_inside_a_yaml_are_relative_to_its_folder(tmp_path):
     overridden = load_yaml_model(
         Experiment, path, path_keys=("policy",), overrides={"cycles": 4, "policy": None}
     )
-    assert overridden.cycles == 4 and overridden.policy == str(tmp_path / "policies" / "awi.yaml")
+    assert overridden.cycles == 4 and overridden.policy == str(tmp_path / "policies" / "mine.yaml")
 
 
 def test_a_copied_shipped_yaml_keeps_naming_the_shipped_files(tmp_path):
@@ -84,6 +86,24 @@ def test_a_copied_shipped_yaml_keeps_naming_the_shipped_files(tmp_path):
     path.write_text("policy: policies/none-such.yaml\n")
     config = load_yaml_model(Experiment, path, path_keys=("policy",))
     assert config.policy == str(tmp_path / "policies" / "none-such.yaml")
+
+
+@pytest.mark.parametrize("shipped", ["tune/awe-small.yaml", "tune/awe.yaml"])
+def test_a_copied_shipped_yaml_finds_what_it_names_from_its_own_folder(tmp_path, shipped):
+    """Issue 59: the shipped tune files name `../policies/awe.yaml` and `../endpoints/...` (from
+    their own folder); a copy anywhere else finds the same shipped files, not a missing one."""
+    from memloop.core.settings import SHIPPED_FILES
+    from memloop.optimize.config import TuneConfig, load_config
+
+    original = load_config(SHIPPED_FILES / shipped, TuneConfig)
+    copy = tmp_path / "deep" / "mine.yaml"
+    copy.parent.mkdir()
+    copy.write_text((SHIPPED_FILES / shipped).read_text())
+    config = load_config(copy, TuneConfig)
+    assert config.policy == original.policy == str(SHIPPED_FILES / "policies" / "awe.yaml")
+    assert config.endpoints == original.endpoints
+    named = [ref for ref in config.endpoints.model_dump().values() if ref]
+    assert all(Path(ref).is_relative_to(SHIPPED_FILES / "endpoints") for ref in named)
 
 
 @pytest.mark.parametrize(

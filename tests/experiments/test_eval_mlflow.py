@@ -243,3 +243,17 @@ def test_compare_shows_two_evals_of_one_prompt_under_different_settings(tmp_path
     assert "[update_freq 1 vs 2]" in row and "mem_score" in row  # the objective's row first
     table = paired.split("\n\n")[0]  # the one paired run's rows: every metric, numbers
     assert "same prompt" not in table and "state_acc" in table
+
+
+def test_eval_ranks_on_the_objective_given_on_the_command_line(tmp_path, fake, capsys):
+    """Issue 59: `--objective` in place of the default rule (the fake's default: memory_score);
+    the printed metrics put it first and the run records it."""
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    args = eval_args(tmp_path, fake, POLICIES / "awi.yaml", "a", uri)
+    assert main([*args, "--objective", "state_accuracy"]) == 0
+    printed = capsys.readouterr().out
+    mlc = tracker.client(uri)
+    (run,) = mlc.search_runs([mlc.get_experiment_by_name("evals").experiment_id])
+    assert run.data.tags["memloop.objective"] == "state_accuracy"
+    header = next(line for line in printed.splitlines() if line.startswith("period"))
+    assert header.split()[1] == "state_acc"  # first (the default rule puts mem_score first)

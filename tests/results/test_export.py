@@ -188,7 +188,10 @@ def test_a_dspy_export_named_with_dots_is_written_and_says_nothing_else(evolved,
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--format", "mem0"], "policy 'awi' has prompts (writer), not mem0's"),
+        (
+            ["--format", "mem0"],
+            "policy 'awi' has prompts (writer), not mem0's: a mem0 config comes from an AWE run",
+        ),
         (["--cycle", "7"], "--cycle 7: "),
         (["--format", "dspy"], "name a .json file"),
     ],

@@ -18,6 +18,7 @@ from memloop.experiments.commands.options import (
     add_cache_option,
     add_endpoint_options,
     add_format_option,
+    add_objective_option,
     add_progress_option,
     add_tracking_uri_option,
     at_least_one,
@@ -117,6 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "NAME --baseline RUN` pairs its evals on the same users",
     )
     add_format_option(p)
+    add_objective_option(p, "the measure listed first and recorded as the run's objective")
     add_progress_option(p)
     p.set_defaults(func=run_eval)
 
@@ -237,8 +239,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from memloop.feedback.objective import Objective
 
     # the measure the agent's runs are ranked on by default comes first
-    first = Objective.default_for(
-        clients.agent.endpoint.is_local, probes.state_read == "letters"
+    first = Objective.of(
+        args.objective, clients.agent.endpoint.is_local, probes.state_read == "letters"
     ).value
     _, run_name = log_eval(
         tracking_uri,

@@ -9,6 +9,7 @@ from memloop.experiments.commands.options import (
     add_cycles_option,
     add_endpoint_options,
     add_format_option,
+    add_objective_option,
     add_progress_option,
     at_least_one,
     endpoint_ref,
@@ -39,6 +40,14 @@ def every_role_clients(args: argparse.Namespace, config: Any) -> Any:
     return clients
 
 
+def set_objective(config: Any, args: argparse.Namespace) -> None:
+    """`--objective` in place of the YAML's `objective:` (a run's spec records the one used)."""
+    if args.objective is not None:
+        from memloop.feedback.objective import Objective
+
+        config.objective = Objective(args.objective)
+
+
 def register_evolve(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "evolve",
@@ -50,6 +59,7 @@ def register_evolve(sub: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/evolve/complete.yaml")
     add_cycles_option(ev)
+    add_objective_option(ev, "the validation measure the cycles are selected on")
     add_endpoint_options(ev, EVERY_ROLE_HELP)
     add_progress_option(ev)
     ev.set_defaults(func=run_evolve_cmd)
@@ -64,6 +74,7 @@ def run_evolve_cmd(args: argparse.Namespace) -> int:
     at_least_one(args, "cycles")
     if args.cycles is not None:
         config.cycles = args.cycles
+    set_objective(config, args)
     clients = every_role_clients(args, config)
     outcomes = run_evolve(config, progress=not args.no_progress, clients=clients)
     print_outcomes(config, outcomes)
@@ -81,6 +92,7 @@ def register_tune(sub: argparse._SubParsersAction) -> None:
     )
     tu.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/tune/awe.yaml")
     tu.add_argument("--trials", type=int, help="override the number of trials to add")
+    add_objective_option(tu, "the validation measure the trials are ranked on")
     add_format_option(tu)
     add_endpoint_options(tu, EVERY_ROLE_HELP)
     add_progress_option(tu)
@@ -95,6 +107,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     at_least_one(args, "trials")
     if args.trials is not None:
         config.trials = args.trials
+    set_objective(config, args)
     clients = every_role_clients(args, config)
     print(
         format_outcome(

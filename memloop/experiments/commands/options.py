@@ -1,7 +1,8 @@
 """Options several commands share, each defined once, and the one check of a count.
 
-`--format`, `--cache`, `--no-progress`, `--cycles`, `--tracking-uri`, the endpoint options
-(`--endpoint FILE`, or `--model NAME [--base-url URL] [--api-key-env VAR]` without a file), and
+`--format`, `--cache`, `--no-progress`, `--cycles`, `--objective`, `--tracking-uri`, the endpoint
+options (`--endpoint FILE`, or `--model NAME [--base-url URL] [--api-key-env VAR]` without a file),
+and
 `at_least_one` for options that count something.
 """
 
@@ -51,6 +52,18 @@ def add_cache_option(
 ) -> None:
     """`--cache PATH`: the response cache (read as `args.cache or "default"`)."""
     parser.add_argument("--cache", metavar="PATH", help=help)
+
+
+def add_objective_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--objective NAME`: the measure `what` (overrides the YAML's `objective:`)."""
+    from memloop.feedback.objective import Objective
+
+    parser.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        help=f"{what} (default: the YAML's objective, else state_prob when the agent's endpoint "
+        "returns log-probabilities, state_accuracy on the embedded model, memory_score otherwise)",
+    )
 
 
 def add_progress_option(parser: argparse.ArgumentParser, help: str = "no progress bars") -> None:
