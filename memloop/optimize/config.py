@@ -376,11 +376,7 @@ class TuneConfig(_Strict):
     @model_validator(mode="after")
     def _storage_beside_the_tracking_store(self) -> TuneConfig:
         if not self.storage:
-            db = sqlite_file(self.tracking_uri, create_folder=False)
-            if db is None or db.name == ":memory:":
-                self.storage = DEFAULT_STORAGE
-            else:
-                self.storage = f"sqlite:///{db.parent / 'optuna.db'}"
+            self.storage = default_storage(self.tracking_uri)
         return self
 
     @property
@@ -445,6 +441,18 @@ class TuneConfig(_Strict):
     @property
     def output_root(self) -> Path:
         return Path(self.out_dir or f"runs/tune/{safe_name(self.study_name)}")
+
+
+def default_storage(tracking_uri: str) -> str:
+    """Tune's Optuna store when its YAML names none.
+
+    optuna.db beside a sqlite tracking store, else DEFAULT_STORAGE; `memloop ui --study` looks
+    for a study there too.
+    """
+    db = sqlite_file(tracking_uri, create_folder=False)
+    if db is None or db.name == ":memory:":
+        return DEFAULT_STORAGE
+    return f"sqlite:///{db.parent / 'optuna.db'}"
 
 
 def load_config(path: str | Path, cls: type[_Strict]) -> Any:

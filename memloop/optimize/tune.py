@@ -654,6 +654,7 @@ class Tuner:
                 trial.set_user_attr(key, m[key])
             trial.set_user_attr("tokens_per_user", tokens)
             trial.set_user_attr("run_id", rec.run_id)
+            link_trial_to_run(trial, rec.experiment_id, rec.run_id)
             rec.metrics(
                 {
                     **{f"val/{k}": m[k] for k in trial_metrics()},
@@ -813,16 +814,38 @@ def summarize_study(
     )
 
 
+MLFLOW_UI = "http://127.0.0.1:5000"  # `memloop ui`'s default address
+
+
+def link_trial_to_run(trial, experiment_id: str, run_id: str) -> None:
+    """The trial's note on optuna-dashboard: a link to its MLflow run.
+
+    The link is to `memloop ui`'s default address; the note also gives the run's page path, for
+    a UI served elsewhere.
+    """
+    from optuna_dashboard import save_note
+
+    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    save_note(
+        trial,
+        f"MLflow run: [{run_id}]({MLFLOW_UI}/{page}) (served by `memloop ui` on its default "
+        f"port; elsewhere, `{page}` at the UI's address)",
+    )
+
+
 def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
     """Optuna's own plots of the study, as PNG files in `folder` (each written atomically).
 
     The Pareto front (with tokens per user as the second objective) or the optimization
-    history, and each option's values against the objective (`plot_slice`).
+    history, each option's values against the objective (`plot_slice`), and, once finished
+    trials differ in their objective, each option's importance for it (`plot_param_importances`:
+    Optuna's fANOVA, seeded, so the same trials give the same figure).
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import optuna
     from optuna.visualization import matplotlib as oplt
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -832,12 +855,22 @@ def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
         figures["pareto.png"] = oplt.plot_pareto_front(study, target_names=names)
     else:
         figures["history.png"] = oplt.plot_optimization_history(study, target_name=names[0])
+    first_value = (lambda t: t.values[0]) if len(study.directions) == 2 else None
     figures["slice.png"] = oplt.plot_slice(
-        study,
-        params=outcome.params,
-        target=(lambda t: t.values[0]) if len(study.directions) == 2 else None,
-        target_name=names[0],
+        study, params=outcome.params, target=first_value, target_name=names[0]
     )
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # fANOVA has nothing to apportion when every trial scored the same (and raises)
+    if len({t.values[0] for t in finished}) >= 2 and outcome.params:
+        from optuna.importance import FanovaImportanceEvaluator
+
+        figures["importance.png"] = oplt.plot_param_importances(
+            study,
+            evaluator=FanovaImportanceEvaluator(seed=0),
+            params=outcome.params,
+            target=first_value,
+            target_name=names[0],
+        )
     written = []
     for name, axes in figures.items():
         first = axes.flat[0] if hasattr(axes, "flat") else axes

@@ -205,20 +205,37 @@ class RunningUI:
     address: str  # the address `memloop ui` printed
     pid: int  # its process (the UI's workers are below it)
     seconds: float  # from the start of the command until the UI answered HTTP 200
+    dashboard: str = ""  # the study's optuna-dashboard address it printed (with `study`)
+
+
+def _answers(url: str, started: float, wait_s: float) -> None:
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if time.perf_counter() - started > wait_s:
+                raise RuntimeError(f"{url} did not answer within {wait_s:.0f} s") from None
+            time.sleep(0.1)
 
 
 @contextmanager
-def memloop_ui(tracking_uri: str, experiment: str, *, wait_s: float = 120) -> Iterator[RunningUI]:
-    """`memloop ui --tracking-uri URI --experiment NAME` on a free port.
+def memloop_ui(
+    tracking_uri: str, experiment: str, *, study: str = "", wait_s: float = 120
+) -> Iterator[RunningUI]:
+    """`memloop ui --tracking-uri URI --experiment NAME [--study STUDY]` on free ports.
 
-    Yields it once the UI answers; stopped (with its workers) when the block ends.
+    Yields it once the UI (and the study's optuna-dashboard) answers; stopped (with its workers
+    and the dashboard) when the block ends.
     """
     port = free_port()
     memloop = Path(sys.executable).with_name("memloop")
     started = time.perf_counter()
+    more = ["--study", study, "--dashboard-port", str(free_port())] if study else []
     ui = subprocess.Popen(
         [str(memloop), "ui", "--tracking-uri", tracking_uri, "--experiment", experiment]
-        + ["--port", str(port)],
+        + ["--port", str(port), *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -230,16 +247,18 @@ def memloop_ui(tracking_uri: str, experiment: str, *, wait_s: float = 120) -> It
         match = re.search(r"(http://\S+)", line)
         if match is None:
             raise RuntimeError(f"memloop ui printed no address: {line!r}")
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.perf_counter() - started > wait_s:
-                    raise RuntimeError(f"the UI did not answer within {wait_s:.0f} s") from None
-                time.sleep(0.1)
-        yield RunningUI(match.group(1), ui.pid, time.perf_counter() - started)
+        dashboard = ""
+        if study:
+            second = ui.stdout.readline()
+            found = re.search(r"optuna-dashboard on (http://\S+)", second)
+            if found is None:
+                raise RuntimeError(f"memloop ui printed no dashboard address: {second!r}")
+            dashboard = found.group(1)
+        _answers(f"http://127.0.0.1:{port}/", started, wait_s)
+        seconds = time.perf_counter() - started
+        if dashboard:
+            _answers(dashboard, started, wait_s)
+        yield RunningUI(match.group(1), ui.pid, seconds, dashboard)
     finally:
         os.killpg(ui.pid, 15)
         ui.wait(timeout=30)

@@ -577,3 +577,31 @@ def test_tune_names_the_trial_optuna_would_choose_when_ties_make_them_differ(tmp
         "Optuna's best_trial is trial 0 (the first of the tied best); memloop names trial 1: "
         "ties go to the policy's own setting, then the smallest setting" in " ".join(outcome.notes)
     )
+
+
+def test_the_importance_plot_is_drawn_once_trials_differ_in_their_objective(tmp_path):
+    """Issue 59: Optuna's parameter-importance plot beside the history and the slices; none when
+    every trial scored the same (fANOVA has no variance to apportion)."""
+    from types import SimpleNamespace
+
+    from memloop.feedback.objective import Objective
+    from memloop.optimize.tune import study_plots
+
+    outcome = SimpleNamespace(
+        objective=Objective.STATE_ACCURACY, params=["update_freq", "top_k"], study_name="s"
+    )
+    for values, expected in (
+        ([0.5, 0.5, 0.5], ["history.png", "slice.png"]),
+        ([0.2, 0.6, 0.4], ["history.png", "importance.png", "slice.png"]),
+    ):
+        study = optuna.create_study(direction="maximize")
+        for k, value in enumerate(values):
+            study.enqueue_trial({"update_freq": [2, 4, 8][k], "top_k": [10, 30, 50][k]})
+            trial = study.ask()
+            trial.suggest_categorical("update_freq", [2, 4, 8])
+            trial.suggest_categorical("top_k", [10, 30, 50])
+            study.tell(trial, value)
+        folder = tmp_path / str(len(set(values)))
+        written = study_plots(study, outcome, folder)
+        assert sorted(p.name for p in written) == expected
+        assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)

@@ -110,6 +110,17 @@ def register_ui(sub: argparse._SubParsersAction) -> None:
         help="server processes (MLflow's own default of 4 takes longer to start and several GB)",
     )
     ui.add_argument("--experiment", help="print the address of this experiment's runs table")
+    ui.add_argument(
+        "--study",
+        help="also serve this tune study in optuna-dashboard (Optuna's own UI: trials, "
+        "parameters, importance, each trial's note linking its MLflow run), beside MLflow",
+    )
+    ui.add_argument(
+        "--storage",
+        help="the Optuna store of --study (default: where tune writes it, optuna.db beside a "
+        "sqlite tracking store)",
+    )
+    ui.add_argument("--dashboard-port", type=int, default=8080, help="optuna-dashboard's port")
     ui.set_defaults(func=run_ui_cmd)
 
 
@@ -209,12 +220,62 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         page = f"/#/experiments/{exp.experiment_id}/runs"
     else:
         tracker.check_store(args.tracking_uri)
+    dashboard = None
+    if args.study:
+        if args.dashboard_port == args.port:
+            raise UserError(f"--dashboard-port {args.port}: the MLflow UI's --port; choose another")
+        check_port_free(args.dashboard_port)
+        dashboard = study_dashboard(args.study, args.storage, args.tracking_uri, args)
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
     cmd, env = tracker.ui_command(args.tracking_uri, args.port, args.workers)
     os.environ.update(env)
     print(f"MLflow UI on http://127.0.0.1:{args.port}{page} (Ctrl-C to stop)", flush=True)
+    if dashboard is not None:
+        import subprocess
+
+        argv, address = dashboard
+        # in this process group: the Ctrl-C that stops MLflow's UI stops it too
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        print(f"optuna-dashboard on {address} (study {args.study})", flush=True)
     os.execvp(cmd[0], cmd)
     return 0
+
+
+def study_dashboard(
+    study: str, storage: str | None, tracking_uri: str, args: argparse.Namespace
+) -> tuple[list[str], str]:
+    """(argv, the study's address) of optuna-dashboard on `study`'s store at 127.0.0.1.
+
+    The store as tune wrote it (`--storage`, else tune's default beside the tracking store);
+    refused in one line when it holds no such study (nothing is created).
+    """
+    import sys
+    from pathlib import Path
+
+    from memloop.core.errors import UserError
+    from memloop.core.files import sqlite_file
+    from memloop.optimize.config import default_storage
+
+    storage = storage or default_storage(tracking_uri)
+    db = sqlite_file(storage, create_folder=False)
+    if db is not None and not db.is_file():
+        raise UserError(
+            f"--study {study}: no Optuna store at {storage} (run `memloop tune` first, or name "
+            "its store with --storage)"
+        )
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    names = optuna.get_all_study_names(storage)
+    if study not in names:
+        raise UserError(
+            f"--study {study}: no such study in {storage} (studies: {', '.join(names) or 'none'})"
+        )
+    study_id = optuna.storages.RDBStorage(storage).get_study_id_from_name(study)
+    program = Path(sys.executable).with_name("optuna-dashboard")
+    argv = [str(program), storage, "--host", "127.0.0.1", "--port", str(args.dashboard_port)]
+    address = f"http://127.0.0.1:{args.dashboard_port}/dashboard/studies/{study_id}"
+    return [*argv, "--quiet"], address
 
 
 def register(sub: argparse._SubParsersAction) -> None:
