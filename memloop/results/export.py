@@ -326,6 +326,39 @@ def mem0_config(exported: Exported, key_env: str | None = None) -> dict[str, Any
     return out
 
 
+MEM0_2X_LOST = (
+    "the evolved memory_update prompt: mem0 2.x adds what it extracts, without 1.x's second "
+    "step that reconciles new facts with stored ones (ADD / UPDATE / DELETE), and has no "
+    "setting for that prompt; its own extraction prompt stays, with the evolved fact_extraction "
+    "prompt inserted as custom_instructions; the graph store (2.x's config has none)"
+)
+
+
+def mem0_2x_config(config: dict[str, Any]) -> dict[str, Any]:
+    """What mem0 2.x can take of `mem0_config`'s 1.x config.
+
+    2.x replaced the two-step pipeline AWE follows (extract, then reconcile) with an additive
+    extraction whose system prompt cannot be replaced (mem0 #4805): it takes the evolved
+    extraction prompt as `custom_instructions` only. What is lost is recorded in
+    `memloop_source.mem0_2x_lost` (`MEM0_2X_LOST`).
+    """
+    out = {
+        k: v
+        for k, v in config.items()
+        if k not in {*MEM0_KEYS.values(), "graph_store", "memloop_source"}
+    }
+    out["custom_instructions"] = config[MEM0_KEYS["fact_extraction"]]
+    source = {k: v for k, v in config["memloop_source"].items() if k != DIGEST_KEY}
+    out["memloop_source"] = {**source, "mem0_2x_lost": MEM0_2X_LOST}
+    out["memloop_source"][DIGEST_KEY] = json_sha256(out)
+    return out
+
+
+def mem0_2x_path(out: Path) -> Path:
+    """Where the mem0 2.x config is written beside `--out` (mem0_config.json: .2x.json)."""
+    return out.with_name(f"{out.stem}.2x{out.suffix or '.json'}")
+
+
 MEM0_STORE_FOLDER = "mem0-vector-store"  # a local store's folder, relative to where mem0 runs
 
 
@@ -461,6 +494,8 @@ def write_export(exported: Exported, fmt: str, out: Path, key_env: str | None = 
         raise UserError(f"--out {out}: is a folder; give a file name")
     if not (fmt == "dspy" and _interrupted_export(out)):
         refuse_foreign_file(out, "--out", is_export, EXPORT_MARK)
+        if fmt == "mem0":
+            refuse_foreign_file(mem0_2x_path(out), "--out", is_export, EXPORT_MARK)
         if fmt == "dspy":
             refuse_foreign_file(_source_of(out), "--out", _is_source_file, EXPORT_MARK)
     if fmt != "text" and SETTINGS_KEY in exported.prompts:
@@ -476,8 +511,10 @@ def write_export(exported: Exported, fmt: str, out: Path, key_env: str | None = 
         atomic_write_text(out, render_text(exported))
         return [out]
     if fmt == "mem0":
-        atomic_write_json(out, mem0_config(exported, key_env), indent=2)
-        return [out]
+        config = mem0_config(exported, key_env)
+        atomic_write_json(out, config, indent=2)
+        atomic_write_json(mem0_2x_path(out), mem0_2x_config(config), indent=2)
+        return [out, mem0_2x_path(out)]
     from memloop.policies.programs import save_program, save_whole_program
 
     if out.suffix != ".json":

@@ -260,6 +260,44 @@ def test_the_mem0_file_is_a_memory_config_with_both_prompts(tmp_path):
     assert set(program_prompts(AWEProgram())) == {"fact_extraction", "memory_update"}
 
 
+# mem0 2.x's MemoryConfig fields (mem0ai 2.2.1, mem0/configs/base.py); 2.x is not installed
+# here (AWE runs mem0 1.x), so its file is checked against them
+MEM0_2X_FIELDS = {
+    "vector_store",
+    "llm",
+    "embedder",
+    "history_db_path",
+    "reranker",
+    "version",
+    "custom_instructions",
+}
+
+
+def test_the_mem0_export_also_writes_what_mem0_2x_takes_and_says_what_is_lost(tmp_path):
+    """Issue 59: mem0 2.x takes the extraction prompt as custom_instructions only; its file
+    keeps the run's embedder, store and LLM, holds no 1.x-only key, and records what is lost."""
+    from memloop.results.export import MEM0_2X_LOST, is_export, mem0_2x_path
+
+    out = awe_export(tmp_path, policy={"graph_store": {"provider": "kuzu"}})
+    first = json.loads(out.read_text())
+    assert "graph_store" in first  # the 1.x config keeps the graph store
+    second_path = mem0_2x_path(out)
+    assert second_path == tmp_path / "mem0.2x.json"
+    second = json.loads(second_path.read_text())
+    assert set(second) - {"memloop_source"} <= MEM0_2X_FIELDS
+    assert second["custom_instructions"] == first["custom_fact_extraction_prompt"]
+    assert second["custom_instructions"].endswith(EVOLVED_RULE)
+    for key in ("embedder", "vector_store", "llm", "history_db_path", "version"):
+        assert second[key] == first[key], key
+    assert second["memloop_source"]["mem0_2x_lost"] == MEM0_2X_LOST
+    assert "memory_update" in MEM0_2X_LOST and "graph store" in MEM0_2X_LOST
+    assert is_export(second_path) and is_export(out)
+    # an edited 2.x file is the user's: a new export refuses to replace it
+    second_path.write_text(second_path.read_text().replace("mem0-history.sqlite", "mine.sqlite"))
+    with pytest.raises(Exception, match="mem0.2x.json"):
+        awe_export(tmp_path)
+
+
 def test_mem0_builds_the_exported_config_offline_with_the_runs_embedder_and_store(
     tmp_path, monkeypatch
 ):

@@ -170,6 +170,13 @@ def run_export_cmd(args: argparse.Namespace) -> int:
         f"cycle {exported.cycle} of {exported.run} ({exported.rule}) -> "
         + ", ".join(str(p) for p in written)
     )
+    if args.format == "mem0":
+        from memloop.results.export import MEM0_2X_LOST
+
+        print(
+            f"{written[0]}: for mem0 1.x (both evolved prompts); {written[1]}: for mem0 2.x, "
+            f"which takes less: lost there is {MEM0_2X_LOST}"
+        )
     if args.format == "mem0" and key_placeholder(args.api_key_env or "") in written[0].read_text():
         print(
             f"llm.config.api_key holds {key_placeholder(args.api_key_env)!r}: replace it with "
