@@ -71,7 +71,7 @@ def local_client(session_root: Path):
 @pytest.fixture(params=["plain-http", "sdk"])
 def transport(request, monkeypatch):
     """Both ways a request reaches an endpoint: the standard library's keep-alive connection
-    (plain http://, what the loopback fake gets by default) and the OpenAI SDK over httpx (https
+    (plain http://, what the loopback fake gets by default) and the OpenAI SDK over httpx2 (https
     and proxied endpoints), forced here by making the plain path unusable."""
     if request.param == "sdk":
         monkeypatch.setattr("memloop.llm.plain_http.usable", lambda base_url: False)

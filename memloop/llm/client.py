@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
+import httpx2
 import jsonschema
 import openai
 
@@ -277,8 +277,8 @@ class ChatClient:
         base = self.endpoint.base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {self.endpoint.api_key()}"}
         try:
-            response = httpx.get(f"{base}/models", headers=headers, timeout=timeout_s)
-        except httpx.HTTPError as exc:
+            response = httpx2.get(f"{base}/models", headers=headers, timeout=timeout_s)
+        except httpx2.HTTPError as exc:
             raise EndpointUnreachable(
                 f"cannot reach {base} ({_short(exc)}); start the server or fix base_url in the "
                 "endpoint file"
@@ -346,8 +346,8 @@ class ChatClient:
                 # on the plain path the SDK client only builds status errors: one is enough
                 pools = 1 if plain else -(-self.endpoint.max_concurrency // CONNECTIONS_PER_POOL)
                 size = self.endpoint.max_concurrency + 4  # the gate bounds the sum, not a pool
-                limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-                ssl_context = httpx.create_ssl_context()
+                limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+                ssl_context = httpx2.create_ssl_context()
                 api_key = self._api_key()
                 connection.clients = [
                     openai.OpenAI(
@@ -355,7 +355,7 @@ class ChatClient:
                         api_key=api_key,
                         timeout=timeout,
                         max_retries=0,  # retries are ours: one policy for every endpoint
-                        http_client=httpx.Client(
+                        http_client=httpx2.Client(
                             limits=limits,
                             timeout=timeout,
                             verify=ssl_context,
@@ -546,7 +546,7 @@ class ChatClient:
                                 # and parses every answer into models, about half of
                                 # memloop's CPU per call (issue 32). Errors are the SDK's.
                                 lambda: client.post(
-                                    "/chat/completions", body=body, cast_to=httpx.Response
+                                    "/chat/completions", body=body, cast_to=httpx2.Response
                                 ),
                                 watchdog,
                             )
@@ -582,12 +582,12 @@ class ChatClient:
                     error, openai.APITimeoutError
                 ):
                     cause = error.__cause__
-                    if isinstance(cause, httpx.ConnectError) and "SSL" in str(cause):
+                    if isinstance(cause, httpx2.ConnectError) and "SSL" in str(cause):
                         raise UserError(
                             f"{self.resolved_base_url()}: the TLS handshake failed ({cause}); "
                             "is the server plain HTTP (use http://)?"
                         ) from None
-                    if cause is not None and not isinstance(cause, httpx.ConnectError):
+                    if cause is not None and not isinstance(cause, httpx2.ConnectError):
                         # reached: the server broke off its answers (a crash, a proxy, a restart)
                         raise UserError(
                             f"{self.resolved_base_url()} was reached but broke off its answer "
@@ -657,7 +657,7 @@ class ChatClient:
         return delay
 
 
-def _completion(response: httpx.Response) -> dict[str, Any]:
+def _completion(response: httpx2.Response) -> dict[str, Any]:
     """The chat completion (a JSON object) of a response, or NotACompletion quoting what came."""
     text = response.text
     try:
@@ -700,7 +700,7 @@ def _interruptible(call: Callable[[], Any], watchdog: _Watchdog | None = None) -
             interrupt.check()
             if watchdog.stalled():
                 watchdog.abandon()
-                raise openai.APITimeoutError(request=httpx.Request("POST", watchdog.url))
+                raise openai.APITimeoutError(request=httpx2.Request("POST", watchdog.url))
     if "error" in box:
         raise box["error"]
     return box["value"]

@@ -2,8 +2,8 @@
 
 For ``http://`` endpoints with no proxy (the embedded model, vLLM or SGLang on a local network,
 the test fake) memloop sends each request with the standard library's ``http.client`` instead of
-the OpenAI SDK over httpx: with hundreds of requests in flight the SDK's request building and
-httpx/httpcore's pool took most of memloop's CPU per call (issue 32). Every failure is raised as
+the OpenAI SDK over its HTTP client (httpx2 since openai 3): with hundreds of requests in flight
+the SDK's request building and the client's pool took most of memloop's CPU per call (issue 32). Every failure is raised as
 the OpenAI SDK's own exception (built by the SDK from the response for an HTTP status), so the
 client's retry policy and its messages are the same on both paths. ``https://`` endpoints (TLS,
 certificates, proxies) keep the SDK.
@@ -18,7 +18,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 import openai
 
 
@@ -61,14 +61,14 @@ class PlainHTTP:
         if getattr(self.local, "conn", None) is conn:
             self.local.conn = None
 
-    def post(self, conn: http.client.HTTPConnection, body: dict[str, Any]) -> httpx.Response:
-        """Send `body` on `conn`; the answer as an httpx.Response (what the caller parses).
+    def post(self, conn: http.client.HTTPConnection, body: dict[str, Any]) -> httpx2.Response:
+        """Send `body` on `conn`; the answer as an httpx2.Response (what the caller parses).
 
         HTTP statuses >= 400 raise the SDK's status error; a timeout raises APITimeoutError; a
-        refused connection APIConnectionError from httpx.ConnectError; a connection the server
-        broke off APIConnectionError from httpx.ReadError, as the SDK path does.
+        refused connection APIConnectionError from httpx2.ConnectError; a connection the server
+        broke off APIConnectionError from httpx2.ReadError, as the SDK path does.
         """
-        request = httpx.Request("POST", self.url)
+        request = httpx2.Request("POST", self.url)
         data = json.dumps(body).encode()
         for attempt in (0, 1):
             fresh = conn.sock is None
@@ -82,17 +82,17 @@ class PlainHTTP:
                 raise openai.APITimeoutError(request=request) from exc
             except ConnectionRefusedError as exc:
                 self.drop(conn)
-                raise openai.APIConnectionError(request=request) from httpx.ConnectError(str(exc))
+                raise openai.APIConnectionError(request=request) from httpx2.ConnectError(str(exc))
             except (http.client.HTTPException, OSError) as exc:
                 conn.close()
                 # a kept-alive connection the server had closed: send again, once, on a new one
                 if attempt == 0 and not fresh and _stale(exc):
                     continue
                 self.drop(conn)
-                raise openai.APIConnectionError(request=request) from httpx.ReadError(
+                raise openai.APIConnectionError(request=request) from httpx2.ReadError(
                     f"{type(exc).__name__}: {exc}"
                 )
-        response = httpx.Response(
+        response = httpx2.Response(
             answer.status, headers=answer.getheaders(), content=content, request=request
         )
         if answer.will_close:

@@ -328,3 +328,17 @@ def test_each_path_is_the_one_taken(fake, tmp_path, transport):
     client = make_client(fake, tmp_path)
     client.chat(MSGS, component="agent")
     assert (client._connection.plain is not None) == (transport == "plain-http")
+
+
+def test_https_to_a_plain_http_server_names_the_tls_handshake(fake, tmp_path):
+    """An https:// address of a plain-HTTP server: the SDK's connection error, caused by its HTTP
+    client's ConnectError (httpx2's since openai 3), is told as a failed TLS handshake."""
+    from memloop.core.errors import UserError
+
+    endpoint = Endpoint(
+        model="fake-model", base_url=fake.base_url.replace("http://", "https://"), max_retries=0
+    )
+    client = ChatClient(endpoint, cache=tmp_path / "c.sqlite", backoff_base_s=0.01)
+    with pytest.raises(UserError, match="the TLS handshake failed .*is the server plain HTTP"):
+        client.chat([{"role": "user", "content": "hi"}], component="agent")
+    assert fake.requests == []  # no request was read as HTTP
