@@ -3,10 +3,10 @@
 For ``http://`` endpoints with no proxy (the embedded model, vLLM or SGLang on a local network,
 the test fake) memloop sends each request with the standard library's ``http.client`` instead of
 the OpenAI SDK over its HTTP client (httpx2 since openai 3): with hundreds of requests in flight
-the SDK's request building and the client's pool took most of memloop's CPU per call (issue 32). Every failure is raised as
-the OpenAI SDK's own exception (built by the SDK from the response for an HTTP status), so the
-client's retry policy and its messages are the same on both paths. ``https://`` endpoints (TLS,
-certificates, proxies) keep the SDK.
+the SDK's request building and the client's pool took most of memloop's CPU per call (issue 32).
+Every failure is raised as the OpenAI SDK's own exception (built by the SDK from the response for
+an HTTP status), so the client's retry policy and its messages are the same on both paths.
+``https://`` endpoints (TLS, certificates, proxies) keep the SDK.
 """
 
 from __future__ import annotations
