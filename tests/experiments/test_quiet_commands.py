@@ -90,6 +90,64 @@ def test_an_evolve_prints_no_library_warning(tmp_path):
         done = memloop(tmp_path, "evolve", str(path), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+    # issue 59: its DSPy export too (DSPy warns on saving a whole program with pickles)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    out = tmp_path / "writer.json"
+    exported = memloop(tmp_path, "export", str(run_dir), "--format", "dspy", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr == "" and out.is_file()
+    assert exported.stdout.count("\n") == 1  # its one line: what was written
+
+
+def test_loading_a_mem0_export_as_the_docs_say_prints_nothing(tmp_path):
+    """Issue 59: a mem0 export loaded by `mem0.Memory.from_config` as docs/experiments.md says:
+    MEM0_TELEMETRY=False (offline, mem0's telemetry otherwise prints an error per event) and
+    HF_HUB_DISABLE_PROGRESS_BARS=1 (transformers' "Loading weights" bar for the embedder)."""
+    from memloop.policies.programs import (
+        AWE_FACT_EXTRACTION_INSTRUCTIONS,
+        AWE_MEMORY_UPDATE_INSTRUCTIONS,
+    )
+    from memloop.results.export import Exported, write_export
+
+    exported = Exported(
+        run="r",
+        run_id=None,
+        policy="awe",
+        cycle=0,
+        rule="",
+        objective=None,
+        val_objective=None,
+        test_objective=None,
+        commit=None,
+        prompts={
+            "fact_extraction": AWE_FACT_EXTRACTION_INSTRUCTIONS,
+            "memory_update": AWE_MEMORY_UPDATE_INSTRUCTIONS,
+        },
+        policy_config={"type": "awe"},
+        agent={"model": "m", "base_url": "http://127.0.0.1:9/v1"},
+    )
+    write_export(exported, "mem0", tmp_path / "mem0_config.json")
+    script = (
+        "import json, os; os.environ['MEM0_TELEMETRY'] = 'False'; "
+        "os.environ['HF_HUB_DISABLE_PROGRESS_BARS'] = '1'; "
+        "from mem0 import Memory; "
+        "memory = Memory.from_config(json.load(open('mem0_config.json'))); "
+        "print(type(memory).__name__)"
+    )
+    env = {**os.environ, "MEM0_DIR": str(tmp_path / "mem0-home")}
+    env.pop("PYTHONWARNINGS", None)
+    for name in ("MEM0_TELEMETRY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        env.pop(name, None)  # set by the script, as a user does
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Memory\n" and done.stderr == ""
 
 
 def test_an_awe_tune_prints_no_library_warning(tmp_path):
@@ -113,6 +171,28 @@ def test_an_awe_tune_prints_no_library_warning(tmp_path):
     assert "1 finished trials" in done.stdout
     assert "state_acc (objective)" in done.stdout and "mem_score (objective)" not in done.stdout
     assert done.stderr == ""
+
+
+def test_an_awe_evolve_prints_no_library_warning(tmp_path):
+    """Issue 59: the AWE evolve path (mem0 imported, MLflow's store migrated) prints nothing on
+    stderr."""
+    (tmp_path / "awe.yaml").write_text("type: awe\n")
+    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
+        path = write_small_evolve(
+            tmp_path,
+            "quiet-awe",
+            (1, 1, 1),
+            periods=1,
+            questions=1,
+            cycles=1,
+            policy=str(tmp_path / "awe.yaml"),
+            evolvers=["none"],
+            feedback_modes=["none"],
+            endpoints=endpoints(tmp_path, fake),
+        )
+        done = memloop(tmp_path, "evolve", str(path), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "awe" in done.stdout and done.stderr == ""
 
 
 def test_importing_mem0_through_memloop_leaves_the_warning_filters_as_they_were():
