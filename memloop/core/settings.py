@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+UI_PORT = 5000  # `memloop ui`'s default port (tune's trial notes link runs there)
 SHIPPED_FILES = Path(__file__).resolve().parents[1] / "experiments"
 """The YAML files memloop ships (endpoints, policies, environments, experiments)."""
 TRACES_ENV = "MEMLOOP_TRACES"

@@ -814,9 +814,6 @@ def summarize_study(
     )
 
 
-MLFLOW_UI = "http://127.0.0.1:5000"  # `memloop ui`'s default address
-
-
 def link_trial_to_run(trial, experiment_id: str, run_id: str) -> None:
     """The trial's note on optuna-dashboard: a link to its MLflow run.
 
@@ -825,11 +822,13 @@ def link_trial_to_run(trial, experiment_id: str, run_id: str) -> None:
     """
     from optuna_dashboard import save_note
 
+    from memloop.core.settings import UI_PORT
+
     page = f"#/experiments/{experiment_id}/runs/{run_id}"
     save_note(
         trial,
-        f"MLflow run: [{run_id}]({MLFLOW_UI}/{page}) (served by `memloop ui` on its default "
-        f"port; elsewhere, `{page}` at the UI's address)",
+        f"MLflow run: [{run_id}](http://127.0.0.1:{UI_PORT}/{page}) (served by `memloop ui` on "
+        f"its default port; elsewhere, `{page}` at the UI's address)",
     )
 
 

@@ -2,8 +2,7 @@
 
 `--format`, `--cache`, `--no-progress`, `--cycles`, `--objective`, `--tracking-uri`, the endpoint
 options (`--endpoint FILE`, or `--model NAME [--base-url URL] [--api-key-env VAR]` without a file),
-and
-`at_least_one` for options that count something.
+and `at_least_one` for options that count something.
 """
 
 from __future__ import annotations

@@ -102,7 +102,9 @@ def register_ui(sub: argparse._SubParsersAction) -> None:
         example="memloop ui --experiment feedback-modes",
     )
     add_tracking_uri_option(ui, "the MLflow store")
-    ui.add_argument("--port", type=int, default=5000, help="the port to listen on")
+    from memloop.core.settings import UI_PORT
+
+    ui.add_argument("--port", type=int, default=UI_PORT, help="the port to listen on")
     ui.add_argument(
         "--workers",
         type=int,
@@ -232,7 +234,9 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         if args.dashboard_port == args.port:
             raise UserError(f"--dashboard-port {args.port}: the MLflow UI's --port; choose another")
         check_port_free(args.dashboard_port)
-        dashboard = study_dashboard(args.study, args.storage, args.tracking_uri, args)
+        dashboard = study_dashboard(
+            args.study, args.storage, args.tracking_uri, args.dashboard_port
+        )
     apply_offline_defaults()  # litellm's cost-map fetch deadlocks `mlflow ui` offline
     cmd, env = tracker.ui_command(args.tracking_uri, args.port, args.workers)
     os.environ.update(env)
@@ -249,7 +253,7 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
 
 
 def study_dashboard(
-    study: str, storage: str | None, tracking_uri: str, args: argparse.Namespace
+    study: str, storage: str | None, tracking_uri: str, port: int
 ) -> tuple[list[str], str]:
     """(argv, the study's address) of optuna-dashboard on `study`'s store at 127.0.0.1.
 
@@ -273,15 +277,15 @@ def study_dashboard(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    names = optuna.get_all_study_names(storage)
+    store = optuna.storages.get_storage(storage)  # opened once: the names and the study's id
+    names = [s.study_name for s in store.get_all_studies()]
     if study not in names:
         raise UserError(
             f"--study {study}: no such study in {storage} (studies: {', '.join(names) or 'none'})"
         )
-    study_id = optuna.storages.RDBStorage(storage).get_study_id_from_name(study)
     program = Path(sys.executable).with_name("optuna-dashboard")
-    argv = [str(program), storage, "--host", "127.0.0.1", "--port", str(args.dashboard_port)]
-    address = f"http://127.0.0.1:{args.dashboard_port}/dashboard/studies/{study_id}"
+    argv = [str(program), storage, "--host", "127.0.0.1", "--port", str(port)]
+    address = f"http://127.0.0.1:{port}/dashboard/studies/{store.get_study_id_from_name(study)}"
     return [*argv, "--quiet"], address
 
 
