@@ -14,15 +14,17 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memloop.testing.servers import free_port
 
@@ -129,14 +131,11 @@ class Page:
 
     def wait_for_text(self, wanted: str, timeout_s: float = 60) -> str:
         """The page's text once it holds `wanted` (RuntimeError after `timeout_s`)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            shown = self.text()
-            if wanted in shown:
-                return shown
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the page did not show {wanted!r} within {timeout_s:.0f} s")
-            time.sleep(0.25)
+        return _until(
+            lambda: shown if wanted in (shown := self.text()) else None,
+            timeout_s,
+            f"the page did not show {wanted!r} within {timeout_s:.0f} s",
+        )
 
     def click_text(self, wanted: str, timeout_s: float = 60) -> None:
         """Click the innermost element whose text starts with `wanted`, once it is shown."""
@@ -146,11 +145,24 @@ class Page:
             " e.children.length === 0 && e.textContent.trim().startsWith(want));"
             " if (!hits.length) return false; hits[0].click(); return true; })()"
         )
-        deadline = time.monotonic() + timeout_s
-        while not self.evaluate(script):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing on the page reads {wanted!r} to click")
-            time.sleep(0.25)
+        _until(
+            lambda: self.evaluate(script),
+            timeout_s,
+            f"nothing on the page reads {wanted!r} to click",
+        )
+
+
+def _until(check: Callable[[], Any], timeout_s: float, failure: str, every_s: float = 0.25) -> Any:
+    """`check()`'s first truthy value, tried every `every_s`.
+
+    RuntimeError(`failure`) once `timeout_s` has passed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(failure)
+        time.sleep(every_s)
+    return found
 
 
 @contextmanager
@@ -183,6 +195,7 @@ def driven(url: str, *, size: tuple[int, int] = (1500, 1100)) -> Iterator[Page]:
             stderr=subprocess.DEVNULL,
             preexec_fn=descriptors,  # its descriptors 3 and 4, set before exec
             pass_fds=(3, 4),
+            start_new_session=True,  # its renderers are stopped with it, as one process group
         )
         os.close(to_chromium)
         os.close(from_chromium)
@@ -194,7 +207,8 @@ def driven(url: str, *, size: tuple[int, int] = (1500, 1100)) -> Iterator[Page]:
             page._next = browser_page._next  # one numbering for the pipe's commands
             yield page
         finally:
-            browser.kill()
+            # the whole group: a renderer left writing into the profile fails its removal
+            os.killpg(browser.pid, signal.SIGKILL)
             browser.wait(timeout=30)
             os.close(commands)
             os.close(replies)
@@ -208,16 +222,17 @@ class RunningUI:
     dashboard: str = ""  # the study's optuna-dashboard address it printed (with `study`)
 
 
-def _answers(url: str, started: float, wait_s: float) -> None:
-    while True:
+def _answers(url: str, wait_s: float) -> None:
+    """Return once `url` answers HTTP 200 (RuntimeError after `wait_s`)."""
+
+    def ok() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
+                return r.status == 200
         except OSError:
-            if time.perf_counter() - started > wait_s:
-                raise RuntimeError(f"{url} did not answer within {wait_s:.0f} s") from None
-            time.sleep(0.1)
+            return False
+
+    _until(ok, wait_s, f"{url} did not answer within {wait_s:.0f} s", every_s=0.1)
 
 
 @contextmanager
@@ -254,10 +269,10 @@ def memloop_ui(
             if found is None:
                 raise RuntimeError(f"memloop ui printed no dashboard address: {second!r}")
             dashboard = found.group(1)
-        _answers(f"http://127.0.0.1:{port}/", started, wait_s)
+        _answers(f"http://127.0.0.1:{port}/", wait_s - (time.perf_counter() - started))
         seconds = time.perf_counter() - started
         if dashboard:
-            _answers(dashboard, started, wait_s)
+            _answers(dashboard, wait_s - seconds)
         yield RunningUI(match.group(1), ui.pid, seconds, dashboard)
     finally:
         os.killpg(ui.pid, 15)
