@@ -133,6 +133,10 @@ class AWIPolicy(BufferedMemoryPolicy):
     def _fresh(self, prompts: dict[str, str]) -> AWIPolicy:
         return AWIPolicy(self.config, self.client, self.workdir, prompts=prompts)
 
+    def adopt_program(self, program: Any) -> None:
+        """Write with `program` (a loaded AWIProgram, e.g. `dspy.load`'s): it runs every write."""
+        self.program = program
+
     # -- reading ------------------------------------------------------------------------------
 
     def fact_lines(self) -> list[str]:

@@ -12,10 +12,15 @@ private folder, a server one as a collection of its own); the mem0 history log i
 in a private folder under the workdir. A checkpoint stores the memories with their vectors (a
 store whose listing has no vectors gets them from the embedder, which gives the vector mem0
 stored: mem0 embeds exactly the text it stores), so loading needs no LLM call.
+
+`AWEPolicy.deployed(config, ...)` is the other way round: mem0 as an exported config deploys it
+(`memloop export --format mem0`), built by mem0's own `Memory.from_config` with its own OpenAI
+LLM client, embedder and store, nothing replaced; `memloop export --check` scores it so.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -62,6 +67,7 @@ from memloop.policies.mem0_options import (  # noqa: E402
     mem0_vector_store,
 )
 from memloop.policies.programs import AWEProgram, load_program, program_prompts, save_program  # noqa: E402
+from memloop.policies.prompt_files import MEM0_KEYS  # noqa: E402
 
 USER_ID = "user"
 MEMORIES_FILE = "memories.json"
@@ -259,8 +265,14 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         client: ChatClient,
         workdir: Path | str | None = None,
         prompts: dict[str, str] | None = None,
+        *,
+        mem0_config: dict[str, Any] | None = None,
     ):
         super().__init__(config, client, workdir)
+        # a deployed mem0 config (`deployed`): its prompts are the config's, not `prompts`
+        self._deployed = mem0_config
+        if mem0_config is not None:
+            prompts = {name: mem0_config[key] for name, key in MEM0_KEYS.items()}
         self.program = AWEProgram(**(prompts or {})) if self.infer else None
         self.buffer = MessageBuffer(config.update_freq, config.short_term_len)
         self.writes = 0
@@ -277,19 +289,57 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         # a server store's collection belongs to this instance alone: dropped at close
         self._drop_collection = option is not None and not is_local(option)
         try:
-            self.memory = self._open_mem0(option)
+            if mem0_config is None:
+                self.memory = self._open_mem0(option)
+            else:
+                self.memory = self._open_deployed(mem0_config)
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             raise
         store = self.memory.vector_store
         # a Qdrant store (the default one included) lists its points with their vectors
         self._qdrant = store.client if isinstance(store, Qdrant) else None
+        self.graph = self.memory.graph  # mem0's graph memory (AWE's graph_store:), or None
+        if mem0_config is not None:
+            return  # mem0 as deployed: its own LLM client and embedder
         self.memory.llm = self.llm
         self.memory.embedding_model = self.embedder
-        self.graph = self.memory.graph  # mem0's graph memory (AWE's graph_store:), or None
         if self.graph is not None:
             self.graph.llm = self.llm
             self.graph.embedding_model = self.embedder
+
+    @classmethod
+    def deployed(
+        cls, config, client: ChatClient, workdir: Path | str | None, mem0_config: dict[str, Any]
+    ) -> _ExternalMemoryPolicy:
+        """The policy with mem0 built as `mem0_config` deploys it (an exported config).
+
+        `mem0.Memory.from_config(mem0_config)`: its prompts, its OpenAI LLM client at the
+        config's endpoint, its embedder and store; only where its files go changes (the local
+        store's folder and the history file move into this policy's private folder, so users do
+        not share them). The assistant's replies and the probes still go through `client`.
+        """
+        if not cls.infer:
+            raise UserError(f"policy {cls.kind}: writes no prompt; a mem0 config deploys AWE")
+        return cls(config, client, workdir, mem0_config=mem0_config)
+
+    def _open_deployed(self, mem0_config: dict[str, Any]) -> Memory:
+        local = json.loads(json.dumps(mem0_config))  # a copy: the caller's stays as exported
+        local.pop("memloop_source", None)
+        store = (local.get("vector_store") or {}).get("config") or {}
+        if "path" in store:
+            store["path"] = str(self._private_dir / "vector-store")
+        local["history_db_path"] = str(self._private_dir / "mem0-history.sqlite")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "payload indexes have no effect in local Qdrant"
+            return Memory.from_config(local)
+
+    def adopt_program(self, program: Any) -> None:
+        """Write with `program` (a loaded AWEProgram, e.g. `dspy.load`'s): mem0 sends it."""
+        if self.program is None or self._deployed is not None:
+            raise UserError(f"policy {self.kind}: has no program to replace")
+        self.program = program
+        self._sync_prompts()
 
     def _open_mem0(self, option: dict[str, Any] | None) -> Memory:
         """mem0 on the default in-process Qdrant, or on the store `option` names."""
@@ -355,6 +405,8 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         return program_prompts(self.program) if self.program is not None else {}
 
     def _fresh(self, prompts: dict[str, str]) -> _ExternalMemoryPolicy:
+        if self._deployed is not None:  # a deployed config's prompts are the config's
+            return type(self)(self.config, self.client, self.workdir, mem0_config=self._deployed)
         return type(self)(self.config, self.client, self.workdir, prompts=prompts or None)
 
     def _sync_prompts(self) -> None:

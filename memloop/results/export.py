@@ -68,6 +68,7 @@ class Exported:
     prompts: dict[str, str]
     policy_config: dict[str, Any] | None = None  # the run's policy YAML (its spec)
     agent: dict[str, Any] | None = None  # the run's agent endpoint (model, base_url, ...)
+    check: dict[str, Any] | None = None  # `memloop export --check`'s record (export_check.py)
 
     def source(self) -> dict[str, Any]:
         out = asdict(self)
@@ -223,6 +224,7 @@ def _header(exported: Exported) -> list[str]:
         f"# {metric}: validation {num(exported.val_objective)}, "
         f"test {num(exported.test_objective)}",
         f"# commit {exported.commit or 'unknown'}",
+        *([f"# export check: {exported.check['summary']}"] if exported.check else []),
     ]
 
 
@@ -348,7 +350,8 @@ def mem0_2x_config(config: dict[str, Any]) -> dict[str, Any]:
         if k not in {*MEM0_KEYS.values(), "graph_store", "memloop_source"}
     }
     out["custom_instructions"] = config[MEM0_KEYS["fact_extraction"]]
-    source = {k: v for k, v in config["memloop_source"].items() if k != DIGEST_KEY}
+    # the check ran the 1.x config: the 2.x file records none
+    source = {k: v for k, v in config["memloop_source"].items() if k not in (DIGEST_KEY, "check")}
     out["memloop_source"] = {**source, "mem0_2x_lost": MEM0_2X_LOST}
     out["memloop_source"][DIGEST_KEY] = json_sha256(out)
     return out

@@ -67,8 +67,12 @@ def log_eval(
     result: EvaluationResult,
     out: Path,
     tags: dict[str, str] | None = None,
+    more_metrics: dict[str, float | None] | None = None,
 ) -> tuple[str, str]:
-    """Log a finished eval; (run id, run name). A rerun of the same eval continues its run."""
+    """Log a finished eval; (run id, run name). A rerun of the same eval continues its run.
+
+    `more_metrics`: logged at step 0 beside the eval's own (an export check's gap).
+    """
     name = eval_run_name(policy, spec)
     run_tags = {
         "memloop.feedback_mode": EVAL_MODE,
@@ -80,7 +84,8 @@ def log_eval(
     }
     with recording(tracking_uri, experiment, spec, name, tags=run_tags) as rec:
         record = CycleRecord.of(0, {"test": result})
-        rec.metrics({**objective_curves(record, objective), **record.metrics()}, step=0)
+        curves = objective_curves(record, objective)
+        rec.metrics({**curves, **record.metrics(), **(more_metrics or {})}, step=0)
         rec.text(record.model_dump_json(indent=1), "cycle/cycle_00.json")
         rec.text(_json(prompts), "prompts/cycle_00.json")
         params = headline_values({m: record.score("test", m) for m in (*cycle_metrics(), "users")})

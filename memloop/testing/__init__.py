@@ -16,6 +16,7 @@ The conformance suites themselves live beside their Protocols:
 from memloop.testing.checker import is_recall_request, notes_checker, recall_verdicts
 from memloop.testing.evolvers import (
     ScriptedEvolver,
+    awe_writing_reply,
     evolve_loop_reply,
     is_evolver_request,
     scripted_screen,
@@ -38,6 +39,7 @@ __all__ = [
     "ScriptedMemoryLLM",
     "ScriptedPolicy",
     "conversation_of",
+    "awe_writing_reply",
     "evolve_loop_reply",
     "writing_reply",
     "fake_roles",

@@ -134,6 +134,42 @@ def writing_reply(body: dict[str, Any]) -> str:
     return json.dumps({"edits": [{"label": f"said_about_{word}", "value": said[:120]}]})
 
 
+def awe_writing_reply(body: dict[str, Any]) -> str:
+    """`evolve_loop_reply`, except that AWE's memory holds the user's words and is read back.
+
+    mem0's extraction answers each line the user said in the excerpt (time tag removed) as a
+    fact, its reconciliation adds every new fact: alike whether the request carries memloop's
+    schema or only mem0's own ``json_object`` (an exported config run by mem0: `request_kind`),
+    so the two runtimes store the same memories. A multiple-choice question is answered with the
+    option sharing most words with the memories its system message lists (2 without any), so
+    what memory holds moves the score.
+    """
+    import ast
+
+    from memloop.testing.scripted_llm import conversation_of, request_kind
+
+    kind = request_kind(body)
+    if kind == "facts":
+        said = re.findall(r"(?m)^user: (.*)$", conversation_of(body))
+        facts = [" ".join(re.sub(r"\[Current Time:[^\]]*\]\s*", "", s).split()) for s in said]
+        return json.dumps({"facts": [f[:200] for f in dict.fromkeys(facts) if f]})
+    if kind == "actions":
+        listed = re.findall(r"```\s*(\[.*?\])\s*```", conversation_of(body), re.S)
+        new = ast.literal_eval(listed[-1]) if listed else []
+        actions = [{"id": "new", "text": f, "event": "ADD", "old_memory": ""} for f in new]
+        return json.dumps({"memory": actions})
+    props = (request_schema(body) or {}).get("properties", {})
+    messages = body.get("messages") or [{}]
+    if "answer" in props and messages[0].get("role") == "system" and "seed" not in body:
+        remembered = re.findall(r"(?m)^- (.+)$", str(messages[0].get("content", "")))
+        words = {w for line in remembered for w in re.findall(r"[a-z]{4,}", line.lower())}
+        options = re.findall(r"(?m)^(\d+)\. (.+)$", str(messages[-1].get("content", "")))
+        if words and options:
+            best = max(options, key=lambda o: sum(w in o[1].lower() for w in words))
+            return json.dumps({"answer": int(best[0])})
+    return evolve_loop_reply(body)
+
+
 def scripted_screen(values: list[dict[str, float]]) -> tuple[Any, list[str]]:
     """(a replay screen, the `writer` prompts it saw): call i answers {user: score} values[i].
 

@@ -26,9 +26,20 @@ def _text(body: dict[str, Any]) -> str:
 
 
 def request_kind(body: dict[str, Any]) -> str:
-    """'writer', 'facts', 'actions', 'tools', 'probe' (any other schema) or 'chat' (no schema)."""
+    """'writer', 'facts', 'actions', 'tools', 'probe' (any other schema) or 'chat' (no schema).
+
+    mem0's own requests (an exported config that mem0 runs with its OpenAI client, not memloop's)
+    carry no schema, only ``response_format: json_object``: extraction is a system prompt then
+    ``Input:``, reconciliation the prompt listing the new retrieved facts.
+    """
     schema = request_schema(body) or {}
     properties = schema.get("properties") or {}
+    if not schema and (body.get("response_format") or {}).get("type") == "json_object":
+        messages = body.get("messages") or [{}]
+        if messages[0].get("role") == "system" and conversation_of(body).startswith("Input:"):
+            return "facts"
+        if "new retrieved facts" in conversation_of(body):
+            return "actions"
     if "edits" in properties:
         return "writer"
     if set(properties) == {"facts"}:

@@ -414,34 +414,39 @@ def test_the_exported_awe_program_runs_both_steps():
 
 @pytest.mark.real_model
 def test_an_exported_mem0_config_extracts_with_the_evolved_prompt(local_client, tmp_path):
-    """mem0's own Memory, on the embedded model through mem0's OpenAI provider."""
-    from mem0 import Memory
+    """mem0's own Memory, on the embedded model through mem0's OpenAI provider, as
+    `export --check` deploys it (`AWEPolicy.deployed`): a turn is stored with the evolved prompt
+    and read back into the assistant's context."""
+    from memloop.policies import AWEConfig
+    from memloop.policies.external import AWEPolicy
 
     base_url = local_client.resolved_base_url()
     config = json.loads(awe_export(tmp_path, base_url).read_text())
     # the embedded server answers only requests that carry its secret (issue 57, point 3); a
-    # served endpoint's key goes here the same way
+    # served endpoint's key goes here the same way (export --check fills it from --api-key-env)
     key = local_client._server.key
     config["llm"]["config"].update(model="local-0.5b", max_tokens=200, api_key=key)
-    config["vector_store"]["config"]["path"] = str(tmp_path / "qdrant")
-    config["history_db_path"] = str(tmp_path / "history.sqlite")
-    memory = Memory.from_config(config)
-    sent: list[list[dict]] = []
-    generate = memory.llm.generate_response
+    policy = AWEPolicy.deployed(AWEConfig(short_term_len=0), local_client, tmp_path / "w", config)
+    try:
+        assert type(policy.memory.llm).__module__.startswith("mem0.")  # mem0's own client
+        sent: list[list[dict]] = []
+        generate = policy.memory.llm.generate_response
 
-    def recording(messages, *args, **kwargs):  # the real call, its messages kept
-        sent.append(messages)
-        return generate(messages, *args, **kwargs)
+        def recording(messages, *args, **kwargs):  # the real call, its messages kept
+            sent.append(messages)
+            return generate(messages, *args, **kwargs)
 
-    memory.llm.generate_response = recording
-    memory.add(
-        [{"role": "user", "content": "I live in Lisbon and I work as a nurse."}], user_id="u1"
-    )
-    assert sent, "mem0 sent no request"
-    assert sent[0][0]["role"] == "system"
-    assert sent[0][0]["content"] == config["custom_fact_extraction_prompt"]  # the evolved prompt
-    stored = memory.get_all(user_id="u1")["results"]
-    assert stored, "the extraction stored no memory"
+        policy.memory.llm.generate_response = recording
+        policy.ingest("I live in Lisbon and I work as a nurse.", "Noted.")
+        assert sent, "mem0 sent no request"
+        assert sent[0][0]["role"] == "system"
+        assert sent[0][0]["content"] == config["custom_fact_extraction_prompt"]  # evolved
+        stored = policy.memory_texts()
+        assert stored, "the extraction stored no memory"
+        _, shown = policy._context("Where do I live?", probe=True)
+        assert set(shown) & set(stored)  # read back through the deployed store and embedder
+    finally:
+        policy.close()
 
 
 def test_an_exported_prompt_starts_an_eval_on_new_users(evolved, tmp_path):

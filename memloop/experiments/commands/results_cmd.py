@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from memloop.experiments.commands.options import (
+    add_cache_option,
     add_format_option,
+    add_progress_option,
     add_tracking_uri_option,
     at_least_one,
 )
@@ -85,12 +87,30 @@ def register_export(sub: argparse._SubParsersAction) -> None:
     ex.add_argument(
         "--api-key-env",
         metavar="NAME",
-        help="--format mem0: the environment variable holding the key of the run's agent "
-        "server, named in a placeholder for llm.config.api_key (the file never holds a key; "
-        "without it only OpenAI's own host is left to mem0's OPENAI_API_KEY, any other server "
-        "is given no key)",
+        help="the environment variable holding the key of the run's servers: --format mem0 "
+        "names it in a placeholder for llm.config.api_key (the file never holds a key; without "
+        "it only OpenAI's own host is left to mem0's OPENAI_API_KEY, any other server is given "
+        "no key), and --check reads it",
     )
-    add_tracking_uri_option(ex, "where to look for RUN when it is no folder; only read")
+    ex.add_argument(
+        "--check",
+        action="store_true",
+        help="then re-score the export where it runs (text: prompts_from:, dspy: dspy.load, "
+        "mem0: mem0's own Memory.from_config) on the run's test users, paired with the run's "
+        "own score of the same prompts: prints the gap with its interval, records it in the "
+        "export and logs it to MLflow (experiment export-check); RUN must be a run folder",
+    )
+    ex.add_argument(
+        "--env",
+        metavar="PATH",
+        help="--check of a run on a data file: that file (its sha256 must be the run's; a "
+        "procedural run's users are regenerated)",
+    )
+    add_cache_option(ex, "--check: response cache file (default: the user cache folder)")
+    add_progress_option(ex)
+    add_tracking_uri_option(
+        ex, "where to look for RUN when it is no folder (only read), and where --check logs"
+    )
     ex.set_defaults(func=run_export_cmd)
 
 
@@ -158,15 +178,28 @@ def run_export_cmd(args: argparse.Namespace) -> int:
     from memloop.core.errors import UserError
     from memloop.results.export import key_placeholder, load_exported, write_export
 
+    if not args.check:
+        for name in ("env", "cache"):
+            if getattr(args, name) is not None:
+                raise UserError(f"--{name}: only with --check")
     if args.api_key_env is not None:
-        if args.format != "mem0":
-            raise UserError("--api-key-env: only --format mem0 writes an LLM's settings")
+        if args.format != "mem0" and not args.check:
+            raise UserError(
+                "--api-key-env: only --format mem0 writes an LLM's settings (and --check reads "
+                "the key)"
+            )
         if not ENV_NAME.match(args.api_key_env):  # a key pasted here would be written
             raise UserError(
                 "--api-key-env: must be the NAME of an environment variable (letters, digits, "
                 "_), not a key"
             )
     exported = load_exported(args.run, args.tracking_uri, args.cycle)
+    if args.check:  # what the check needs is refused before anything is written
+        from memloop.optimize.export_check import prepare_check
+
+        inputs = prepare_check(
+            exported, env=args.env, api_key_env=args.api_key_env, cache=args.cache or "default"
+        )
     written = write_export(exported, args.format, Path(args.out), args.api_key_env)
     print(
         f"cycle {exported.cycle} of {exported.run} ({exported.rule}) -> "
@@ -183,6 +216,29 @@ def run_export_cmd(args: argparse.Namespace) -> int:
         print(
             f"llm.config.api_key holds {key_placeholder(args.api_key_env)!r}: replace it with "
             "that key when you load the config (the file holds no credential)"
+        )
+    if args.check:
+        from memloop.optimize.export_check import CHECK_EXPERIMENT, check_export
+
+        check = check_export(
+            inputs,
+            args.format,
+            written,
+            tracking_uri=args.tracking_uri,
+            progress=not args.no_progress,
+        )
+        exported.check = check.record()
+        write_export(exported, args.format, Path(args.out), args.api_key_env)
+        print(f"export check: {check.summary()}")
+        paired = check.paired
+        if paired.t95 is not None and paired.t95[1] < 0:
+            print(
+                "WARNING: the export scores lower where it runs than in memloop (the whole "
+                "interval is below 0)"
+            )
+        print(
+            f"recorded in {written[0]}; folder {check.folder}; MLflow run {check.run_name} in "
+            f"experiment {CHECK_EXPERIMENT!r} ({args.tracking_uri})"
         )
     return 0
 
