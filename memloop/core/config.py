@@ -200,11 +200,18 @@ def load_yaml_model(
     """Load a config file into ``cls``.
 
     Reads ``path`` (or takes its already read ``data``), resolves ``path_keys`` by the one rule,
-    applies non-None ``overrides`` (command-line values, taken as given) and validates.
+    applies non-None ``overrides`` (command-line values, taken as given; a dotted key such as
+    ``environment.confirm_users`` sets a nested one) and validates.
     """
     raw = load_yaml_mapping(path) if data is None else data
     resolved = resolve_path_keys(raw, path, path_keys)
     for key, value in (overrides or {}).items():
-        if value is not None:
-            resolved[key] = value
+        if value is None:
+            continue
+        *parents, leaf = key.split(".")  # a dotted key sets a nested one (environment.x)
+        node = resolved
+        for part in parents:
+            inner = node.get(part)
+            node[part] = node = dict(inner) if isinstance(inner, dict) else {}
+        node[leaf] = value
     return parse_model(cls, resolved, str(path))

@@ -125,7 +125,8 @@ def probes_for(settings: ProbeSettings, returns_logprobs: bool) -> tuple[ProbeSe
         return settings.model_copy(update={"state_read": "letters"}), None
     return settings, (
         "state reads use the JSON read (0/1 scores, no state_prob): the agent's endpoint does "
-        "not declare `logprobs: true`; set it in the endpoint file if the server returns them"
+        "not declare `logprobs: true`; if the server returns them, set it in the endpoint file "
+        "(or give --logprobs with --model)"
     )
 
 

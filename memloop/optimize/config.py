@@ -242,7 +242,7 @@ class EvolveConfig(_Strict):
         if self.null_control and not self.environment.confirm_users:
             raise ValueError(
                 "null_control: the null control is scored on the confirmation users; set "
-                "environment.confirm_users"
+                "environment.confirm_users (or give --confirm-users N)"
             )
         return self
 
@@ -455,11 +455,27 @@ def default_storage(tracking_uri: str) -> str:
     return f"sqlite:///{db.parent / 'optuna.db'}"
 
 
-def load_config(path: str | Path, cls: type[_Strict]) -> Any:
-    """Read an experiment YAML; the files it names follow the one rule (relative to its folder)."""
+def load_config(
+    path: str | Path, cls: type[_Strict], overrides: dict[str, Any] | None = None
+) -> Any:
+    """Read an experiment YAML; the files it names follow the one rule (relative to its folder).
+
+    `overrides`: command-line values in place of the YAML's (dotted keys for nested ones), None
+    left out. With `environment.confirm_users` set so, a procedural environment too small for
+    every split grows to fit (its users are generated; the confirmation users come last).
+    """
     path = Path(path)
-    config: Any = load_yaml_model(cls, path, path_keys=_PATH_KEYS)
+    config: Any = load_yaml_model(cls, path, path_keys=_PATH_KEYS, overrides=overrides)
     config.source = str(path)
+    env = config.environment
+    if (overrides or {}).get("environment.confirm_users") is not None and env.procedural:
+        need = sum(env.sizes().values())
+        if env.procedural.users < need:
+            print(
+                f"environment.procedural.users: {env.procedural.users} -> {need} (train, "
+                "validation, test and confirmation users; the generated users come in that order)"
+            )
+            env.procedural.users = need
     named = [("policy", config.policy), ("environment.path", config.environment.path)]
     named += [(f"endpoints.{role}", ref) for role, ref in config.endpoints.model_dump().items()]
     for key, ref in named:

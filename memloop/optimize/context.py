@@ -115,14 +115,14 @@ def resolve_reads(config: Any, clients: RoleClients) -> tuple[Any, Objective, st
         raise UserError(
             "objective state_prob is the letter read's number, and the run's state reads are "
             "the JSON read: set probes: {state_read: letters}, or choose another objective "
-            "(state_accuracy, memory_score)"
+            "(--objective state_accuracy or memory_score)"
         )
     if objective is Objective.STATE_PROB and not agent.returns_logprobs:
         raise UserError(
             "objective state_prob reads the agent's log-probabilities (probes: {state_read: "
-            "letters}), and the agent's endpoint does not declare `logprobs: true`: set it in "
-            "the endpoint file if the server returns them, or choose another objective "
-            "(state_accuracy, memory_score)"
+            "letters}), and the agent's endpoint does not declare `logprobs: true`: if the "
+            "server returns them, set it in the endpoint file (or give --logprobs with --model); "
+            "else choose another objective (--objective state_accuracy or memory_score)"
         )
     return config, objective, note
 

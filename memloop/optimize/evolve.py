@@ -167,7 +167,8 @@ def run_evolve(
     if reason is not None:
         print(
             f"this experiment cannot decide: {reason}; whatever it finds, the seed stands "
-            "(environment.confirm_users: 26 fresh users detect +0.03 state_prob at 90% power)",
+            "(26 fresh confirmation users detect +0.03 state_prob at 90% power: --confirm-users "
+            "26, or environment.confirm_users in the YAML)",
             flush=True,
         )
     if runs and runs[0][0].read_note:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from memloop.core.errors import UserError
 from memloop.experiments.commands.options import (
     add_cycles_option,
     add_endpoint_options,
     add_format_option,
     add_objective_option,
     add_progress_option,
+    add_tracking_uri_option,
     at_least_one,
     endpoint_ref,
 )
@@ -48,6 +50,28 @@ def set_objective(config: Any, args: argparse.Namespace) -> None:
         config.objective = Objective(args.objective)
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """`--confirm-users N` and `--tracking-uri URI`, in place of the YAML's values."""
+    parser.add_argument(
+        "--confirm-users",
+        type=int,
+        metavar="N",
+        help="fresh users after the test users that the loop never reads; the run's one "
+        "pre-declared candidate is compared with the seed on them, once (environment."
+        "confirm_users; a procedural environment grows to have them)",
+    )
+    add_tracking_uri_option(
+        parser, "the MLflow store (default: the YAML's tracking_uri)", default=None
+    )
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The YAML keys `add_run_options` replaces (None: the YAML's own)."""
+    if args.confirm_users is not None and args.confirm_users < 0:
+        raise UserError(f"--confirm-users must be at least 0 (got {args.confirm_users})")
+    return {"environment.confirm_users": args.confirm_users, "tracking_uri": args.tracking_uri}
+
+
 def register_evolve(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "evolve",
@@ -60,6 +84,7 @@ def register_evolve(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/evolve/complete.yaml")
     add_cycles_option(ev)
     add_objective_option(ev, "the validation measure the cycles are selected on")
+    add_run_options(ev)
     add_endpoint_options(ev, EVERY_ROLE_HELP)
     add_progress_option(ev)
     ev.set_defaults(func=run_evolve_cmd)
@@ -70,7 +95,7 @@ def run_evolve_cmd(args: argparse.Namespace) -> int:
     from memloop.optimize.evolve import run_evolve
     from memloop.optimize.report import print_outcomes
 
-    config = load_config(args.config, EvolveConfig)
+    config = load_config(args.config, EvolveConfig, overrides(args))
     at_least_one(args, "cycles")
     if args.cycles is not None:
         config.cycles = args.cycles
@@ -93,6 +118,7 @@ def register_tune(sub: argparse._SubParsersAction) -> None:
     tu.add_argument("config", metavar="YAML", help="e.g. memloop/experiments/tune/awe.yaml")
     tu.add_argument("--trials", type=int, help="override the number of trials to add")
     add_objective_option(tu, "the validation measure the trials are ranked on")
+    add_run_options(tu)
     add_format_option(tu)
     add_endpoint_options(tu, EVERY_ROLE_HELP)
     add_progress_option(tu)
@@ -103,7 +129,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     from memloop.optimize.config import TuneConfig, load_config
     from memloop.optimize.tune import format_outcome, run_tune
 
-    config = load_config(args.config, TuneConfig)
+    config = load_config(args.config, TuneConfig, overrides(args))
     at_least_one(args, "trials")
     if args.trials is not None:
         config.trials = args.trials

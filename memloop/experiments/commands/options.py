@@ -115,6 +115,12 @@ def add_endpoint_options(parser: argparse.ArgumentParser, endpoint_help: str) ->
         f"when it is set and --base-url is {OPENAI_HOST}'s, else no key); the key itself is "
         "never printed or stored",
     )
+    parser.add_argument(
+        "--logprobs",
+        action="store_true",
+        help="--model's server returns log-probabilities (an endpoint file's `logprobs: true`): "
+        "the state reads then use the letter read (state_prob); the embedded model always does",
+    )
 
 
 def endpoint_ref(args: argparse.Namespace) -> Any:
@@ -125,8 +131,10 @@ def endpoint_ref(args: argparse.Namespace) -> Any:
     --api-key-env without --model.
     """
     model, base_url, key_env = args.model, args.base_url, args.api_key_env
+    logprobs = getattr(args, "logprobs", False)
     if model is None:
-        for flag, value in (("--base-url", base_url), ("--api-key-env", key_env)):
+        flags = (("--base-url", base_url), ("--api-key-env", key_env))
+        for flag, value in (*flags, ("--logprobs", logprobs or None)):
             if value is not None:
                 raise UserError(f"{flag} goes with --model: give --model NAME too")
         return args.endpoint
@@ -135,10 +143,12 @@ def endpoint_ref(args: argparse.Namespace) -> Any:
             "--model and --endpoint: give one (--endpoint FILE names the model in a file; "
             "--model NAME [--base-url URL] is the same endpoint without one)"
         )
-    return model_endpoint(model, base_url, key_env)
+    return model_endpoint(model, base_url, key_env, logprobs=logprobs)
 
 
-def model_endpoint(model: str, base_url: str | None, key_env: str | None) -> Any:
+def model_endpoint(
+    model: str, base_url: str | None, key_env: str | None, *, logprobs: bool = False
+) -> Any:
     """The Endpoint of `--model/--base-url/--api-key-env`.
 
     An endpoint YAML's fields, validated as one (llm.endpoint.Endpoint.from_mapping), so the
@@ -163,4 +173,6 @@ def model_endpoint(model: str, base_url: str | None, key_env: str | None) -> Any
             key_env = DEFAULT_KEY_ENV
     if key_env is not None:
         fields["api_key_env"] = key_env
+    if logprobs:
+        fields["logprobs"] = True
     return Endpoint.from_mapping(fields, "--model/--base-url/--api-key-env")
