@@ -16,9 +16,9 @@ are memloop's score of the same prompts):
 The gap is the per-user difference export - memloop of the run's objective: n, mean, t
 interval, exact sign-flip p and users up / tied / down (`core.stats.Paired`), or "identical"
 when every user's score is equal. The check is an eval run in MLflow (`log_eval`, through the
-recorder; experiment `export-check`, tagged with the run and cycle it checks), its folder
-``<out stem>.check/`` beside the export (an interrupted check resumes there), and its record is
-written into the export (`Exported.check`).
+recorder; experiment `export-check`, tagged with the run and cycle it checks); its folder is
+``<out name>.check/`` beside the export (an interrupted check resumes there), holding its record
+``check.json``, which is also written into the export (`Exported.check`).
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.files import json_sha256
+from memloop.core.files import atomic_write_json, json_sha256
 from memloop.core.stats import Paired
 from memloop.environment.data import UserItem
 from memloop.results.export import Exported, key_placeholder
 
 CHECK_EXPERIMENT = "export-check"
-CHECK_FILES = ("metrics.json", "records.jsonl", "episodes")  # what a check's folder holds
+CHECK_FILE = "check.json"  # the check's record, in its folder
+CHECK_FILES = ("metrics.json", "records.jsonl", "episodes", CHECK_FILE)  # what the folder holds
 RUNTIMES = {  # where each format's check runs it (the module doc says more)
     "text": "the run's policy with prompts_from: the file",
     "dspy": "dspy.load of the whole program",
@@ -95,8 +96,8 @@ class ExportCheck:
 
 
 def check_folder(out: Path) -> Path:
-    """Where the check of the export written to `out` runs: ``<stem>.check/`` beside it."""
-    return out.with_name(f"{out.stem}.check")
+    """Where the check of the export written to `out` runs: ``<name>.check/`` beside it."""
+    return out.with_name(f"{out.name}.check")
 
 
 def _run_folder(exported: Exported) -> Path:
@@ -385,4 +386,5 @@ def check_export(
         },
         more_metrics=gap,
     )
+    atomic_write_json(check_dir / CHECK_FILE, check.record(), indent=1)
     return check

@@ -103,6 +103,7 @@ def test_each_export_scores_on_the_test_users_as_the_run_did(awe_run, tmp_path, 
     assert source["check"]["identical"] is True
     assert source["check"]["gap"]["n"] == 2 and source["check"]["gap"]["tied"] == 2
     assert source["check"]["memloop"] == ours == source["check"]["export"]
+    assert json.loads((tmp_path / "mem0.json.check" / "check.json").read_text()) == source["check"]
     dspy_source = json.loads((tmp_path / "prog.source.json").read_text())
     assert dspy_source["check"]["format"] == "dspy" and dspy_source["check"]["identical"]
     # and it is an eval run in MLflow, tagged with what it checked
