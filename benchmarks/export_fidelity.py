@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     base_url = local.resolved_base_url()
     os.environ[KEY_ENV] = local._server.key  # this process only; the files name the variable
     endpoint = {
-        "model": "local-1.5b",
+        "model": _served_model(base_url, local._server.key),
         "base_url": base_url,
         "api_key_env": KEY_ENV,
         "logprobs": True,
@@ -145,6 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         print(check["summary"])
     print(f"wrote {args.results}", file=sys.stderr)
     return 0
+
+
+def _served_model(base_url: str, key: str) -> str:
+    """The name the embedded server lists its model by (a served endpoint names it so)."""
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{base_url}/models", headers={"Authorization": f"Bearer {key}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return str(json.load(answer)["data"][0]["id"])
 
 
 def _recorded(fmt: str, out: Path) -> dict[str, Any]:
