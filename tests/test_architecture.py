@@ -24,7 +24,7 @@ ALLOWED = {
     "runs": {"core", "llm", "environment", "policies", "feedback"},
     "results": {"core", "llm", "environment", "policies", "feedback", "runs"},
     "optimize": {"core", "llm", "environment", "policies", "feedback", "runs", "results"},
-    "testing": {"core", "llm", "environment", "policies", "runs", "optimize"},
+    "testing": {"core", "llm", "environment", "policies", "runs", "results", "optimize"},
     "experiments": {
         "core",
         "llm",

@@ -473,20 +473,16 @@ def test_a_dspy_export_does_not_replace_a_source_json_it_did_not_write(evolved, 
 
 def test_a_mem0_config_with_the_users_llm_merged_in_is_not_replaced(tmp_path):
     from memloop.core.errors import UserError
-    from memloop.results.export import Exported, write_export
+    from memloop.results.export import write_export
+    from memloop.testing.exports import made_export
 
-    exported = Exported(
-        run="r",
-        run_id=None,
-        policy="awe",
+    exported = made_export(
+        "awe",
         cycle=1,
         rule="--cycle 1",
-        objective=None,
         val_objective=0.5,
-        test_objective=None,
-        commit=None,
         prompts={"fact_extraction": "Extract facts.", "memory_update": "Update memories."},
-        agent={"model": "m", "base_url": "http://127.0.0.1:9/v1"},
+        policy_config=None,
     )
     out = tmp_path / "mem0.json"
     write_export(exported, "mem0", out)

@@ -55,11 +55,21 @@ def write_tune(tmp_path: Path, fake: FakeOpenAIServer) -> Path:
     )
 
 
-def test_a_tune_prints_no_library_warning(tmp_path):
+def test_an_awe_tune_prints_no_library_warning(tmp_path):
+    """Issue 59: mem0's import turned every DeprecationWarning on, process-wide, and SQLAlchemy's
+    deprecation warning from MLflow's schema migration was printed by every AWE tune. Two trials
+    over three options: Optuna's slice plot has a panel each (tight_layout warned on such)."""
+    (tmp_path / "awe.yaml").write_text("type: awe\n")
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        done = memloop(tmp_path, "tune", str(write_tune(tmp_path, fake)), "--no-progress")
+        path = write_tune(tmp_path, fake)
+        path.write_text(path.read_text().replace(str(tmp_path / "awi.yaml"), "awe.yaml"))
+        # the objective from the command line (its hint's advice, no YAML edit)
+        done = memloop(
+            tmp_path, "tune", str(path), "--no-progress", "--objective", "state_accuracy"
+        )
     assert done.returncode == 0, done.stderr
     assert "2 finished trials" in done.stdout
+    assert "state_acc (objective)" in done.stdout and "mem_score (objective)" not in done.stdout
     assert done.stderr == ""
     # its stores were made here, by the migrations whose warnings are kept out
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
@@ -76,57 +86,14 @@ def test_a_failing_trial_is_memloops_one_line_without_optunas_traceback(tmp_path
     assert "Traceback" not in done.stderr and "failed with parameters" not in done.stderr
 
 
-def test_an_evolve_prints_no_library_warning(tmp_path):
-    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        path = write_small_evolve(
-            tmp_path,
-            "quiet",
-            (1, 1, 1),
-            periods=1,
-            questions=1,
-            cycles=2,
-            endpoints=endpoints(tmp_path, fake),
-        )
-        done = memloop(tmp_path, "evolve", str(path), "--no-progress")
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
-    # issue 59: its DSPy export too (DSPy warns on saving a whole program with pickles)
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    out = tmp_path / "writer.json"
-    exported = memloop(tmp_path, "export", str(run_dir), "--format", "dspy", "--out", str(out))
-    assert exported.returncode == 0, exported.stderr
-    assert exported.stderr == "" and out.is_file()
-    assert exported.stdout.count("\n") == 1  # its one line: what was written
-
-
 def test_loading_a_mem0_export_as_the_docs_say_prints_nothing(tmp_path):
     """Issue 59: a mem0 export loaded by `mem0.Memory.from_config` as docs/experiments.md says:
     MEM0_TELEMETRY=False (offline, mem0's telemetry otherwise prints an error per event) and
     HF_HUB_DISABLE_PROGRESS_BARS=1 (transformers' "Loading weights" bar for the embedder)."""
-    from memloop.policies.programs import (
-        AWE_FACT_EXTRACTION_INSTRUCTIONS,
-        AWE_MEMORY_UPDATE_INSTRUCTIONS,
-    )
-    from memloop.results.export import Exported, write_export
+    from memloop.results.export import write_export
+    from memloop.testing.exports import made_export
 
-    exported = Exported(
-        run="r",
-        run_id=None,
-        policy="awe",
-        cycle=0,
-        rule="",
-        objective=None,
-        val_objective=None,
-        test_objective=None,
-        commit=None,
-        prompts={
-            "fact_extraction": AWE_FACT_EXTRACTION_INSTRUCTIONS,
-            "memory_update": AWE_MEMORY_UPDATE_INSTRUCTIONS,
-        },
-        policy_config={"type": "awe"},
-        agent={"model": "m", "base_url": "http://127.0.0.1:9/v1"},
-    )
-    write_export(exported, "mem0", tmp_path / "mem0_config.json")
+    write_export(made_export("awe"), "mem0", tmp_path / "mem0_config.json")
     script = (
         "import json, os; os.environ['MEM0_TELEMETRY'] = 'False'; "
         "os.environ['HF_HUB_DISABLE_PROGRESS_BARS'] = '1'; "
@@ -150,32 +117,10 @@ def test_loading_a_mem0_export_as_the_docs_say_prints_nothing(tmp_path):
     assert done.stdout == "Memory\n" and done.stderr == ""
 
 
-def test_an_awe_tune_prints_no_library_warning(tmp_path):
-    """Issue 59: mem0's import turned every DeprecationWarning on, process-wide, and SQLAlchemy's
-    deprecation warning from MLflow's schema migration was printed by every AWE tune."""
-    (tmp_path / "awe.yaml").write_text("type: awe\n")
-    with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
-        path = write_small_tune(
-            tmp_path,
-            "quiet-awe",
-            trials=1,
-            endpoints=endpoints(tmp_path, fake),
-            parallel_users=1,
-        )
-        path.write_text(path.read_text().replace(str(tmp_path / "awi.yaml"), "awe.yaml"))
-        # the objective from the command line (its hint's advice, no YAML edit)
-        done = memloop(
-            tmp_path, "tune", str(path), "--no-progress", "--objective", "state_accuracy"
-        )
-    assert done.returncode == 0, done.stderr
-    assert "1 finished trials" in done.stdout
-    assert "state_acc (objective)" in done.stdout and "mem_score (objective)" not in done.stdout
-    assert done.stderr == ""
-
-
-def test_an_awe_evolve_prints_no_library_warning(tmp_path):
-    """Issue 59: the AWE evolve path (mem0 imported, MLflow's store migrated) prints nothing on
-    stderr."""
+def test_an_awe_evolve_and_its_dspy_export_print_no_library_warning(tmp_path):
+    """Issue 59: the AWE evolve path (mem0 imported, MLflow's store migrated, two cycles of the
+    reflective evolver) prints nothing on stderr, nor does its DSPy export (DSPy warns on saving
+    a whole program with pickles)."""
     (tmp_path / "awe.yaml").write_text("type: awe\n")
     with FakeOpenAIServer(reply=evolve_loop_reply) as fake:
         path = write_small_evolve(
@@ -184,15 +129,19 @@ def test_an_awe_evolve_prints_no_library_warning(tmp_path):
             (1, 1, 1),
             periods=1,
             questions=1,
-            cycles=1,
+            cycles=2,
             policy=str(tmp_path / "awe.yaml"),
-            evolvers=["none"],
-            feedback_modes=["none"],
             endpoints=endpoints(tmp_path, fake),
         )
         done = memloop(tmp_path, "evolve", str(path), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert "awe" in done.stdout and done.stderr == ""
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    out = tmp_path / "program.json"
+    exported = memloop(tmp_path, "export", str(run_dir), "--format", "dspy", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr == "" and out.is_file()
+    assert exported.stdout.count("\n") == 1  # its one line: what was written
 
 
 def test_importing_mem0_through_memloop_leaves_the_warning_filters_as_they_were():

@@ -119,8 +119,9 @@ def test_a_prompt_file_with_settings_starts_a_policy_with_them_and_only_text_exp
     tmp_path,
 ):
     from memloop.policies.prompt_files import render_text
-    from memloop.results.export import Exported, write_export
+    from memloop.results.export import write_export
     from memloop.runs.inputs import load_policy
+    from memloop.testing.exports import made_export
 
     (tmp_path / "p.txt").write_text(
         render_text({"writer": "Write facts.", SETTINGS_KEY: "verbatim: user"})
@@ -134,18 +135,11 @@ def test_a_prompt_file_with_settings_starts_a_policy_with_them_and_only_text_exp
     )
     (tmp_path / "named.yaml").write_text("type: awi\nname: mine\nprompts_from: p.txt\n")
     assert load_policy(tmp_path / "named.yaml").display_name == "mine"
-    exported = Exported(
-        run="r",
-        run_id=None,
-        policy="awi",
+    exported = made_export(
+        "awi",
         cycle=2,
         rule="r",
-        objective=None,
-        val_objective=None,
-        test_objective=None,
-        commit=None,
         prompts={"writer": "Write facts.", SETTINGS_KEY: "verbatim: user"},
-        policy_config={"type": "awi"},
         agent={},
     )
     with pytest.raises(UserError, match="cycle 2's prompts carry policy settings"):

@@ -17,10 +17,11 @@ from memloop.policies.programs import (
     AWIProgram,
     program_prompts,
 )
-from memloop.results.export import Exported, mem0_config, write_export
+from memloop.results.export import mem0_config, write_export
 from memloop.runs.store import CycleStore
 from memloop.testing import FakeOpenAIServer, evolve_loop_reply, fake_roles, scripted_builder
 from memloop.testing.commands import small_evolve
+from memloop.testing.exports import made_export
 
 
 @pytest.fixture(scope="module")
@@ -223,10 +224,9 @@ EVOLVED_RULE = " Write every fact in the present tense and keep each under twelv
 def awe_export(
     tmp_path: Path, base_url: str = "http://127.0.0.1:9/v1", policy: dict | None = None
 ) -> Path:
-    exported = Exported(
+    exported = made_export(
+        "awe",
         run="runs/x/complete-reflective",
-        run_id=None,
-        policy="awe",
         cycle=3,
         rule="best val_memory_score",
         objective="memory_score",
@@ -254,9 +254,7 @@ def test_the_mem0_file_is_a_memory_config_with_both_prompts(tmp_path):
     assert config.custom_update_memory_prompt == AWE_MEMORY_UPDATE_INSTRUCTIONS
     assert data["memloop_source"]["cycle"] == 3 and data["memloop_source"]["commit"] == "abc"
     with pytest.raises(Exception, match="not mem0's"):
-        mem0_config(
-            Exported("r", None, "awi", 0, "", None, None, None, None, {"writer": "w"})
-        )  # an AWI prompt is no mem0 prompt
+        mem0_config(made_export("awi"))  # an AWI prompt is no mem0 prompt
     assert set(program_prompts(AWEProgram())) == {"fact_extraction", "memory_update"}
 
 
@@ -343,18 +341,11 @@ def test_mem0_is_never_left_to_send_openai_api_key_to_another_host(
     the export names the key (or says none is needed) everywhere but OpenAI's own host."""
     from mem0 import Memory
 
-    exported = Exported(
-        "r",
-        None,
+    exported = made_export(
         "awe",
-        0,
-        "",
-        None,
-        None,
-        None,
-        None,
-        {"fact_extraction": "f", "memory_update": "u"},
-        agent={"model": "m", "base_url": base_url},
+        prompts={"fact_extraction": "f", "memory_update": "u"},
+        policy_config=None,
+        base_url=base_url,
     )
     out = tmp_path / "mem0.json"
     write_export(exported, "mem0", out, key_env)
