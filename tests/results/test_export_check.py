@@ -118,15 +118,28 @@ def test_each_export_scores_on_the_test_users_as_the_run_did(awe_run, tmp_path, 
     assert all(r.data.metrics["export_check/gap"] == 0.0 for r in runs)
 
 
-def test_a_runtime_that_loses_the_facts_is_measured_not_called_identical(awe_run, tmp_path, capsys):
+CANARY = "sk-check-canary-7f3a9e"  # a key the check reads from the environment
+
+
+def test_a_runtime_that_loses_the_facts_is_measured_not_called_identical(
+    awe_run, tmp_path, capsys, monkeypatch
+):
     """mem0's own requests get no fact (memloop's still do): the memories, and so the answers,
-    differ; the gap is the mean per-user difference, whatever its sign on the fake."""
-    root, _, outcome, _, reply = awe_run
+    differ; the gap is the mean per-user difference, whatever its sign on the fake. The key
+    --api-key-env names reaches the server and no file of the export, its check or the stores."""
+    root, _, outcome, fake, reply = awe_run
+    monkeypatch.setenv("CHECK_KEY", CANARY)
+    seen = len(fake.auth_headers)
     reply.lose_mem0_facts = True
     try:
-        out = export(root, outcome.run_dir, "mem0", tmp_path / "mem0.json", capsys)
+        more = ("--api-key-env", "CHECK_KEY")
+        out = export(root, outcome.run_dir, "mem0", tmp_path / "mem0.json", capsys, *more)
     finally:
         reply.lose_mem0_facts = False
+    assert f"Bearer {CANARY}" in fake.auth_headers[seen:]  # mem0's own client sent it
+    assert CANARY not in out
+    written = [p for folder in (root, tmp_path) for p in folder.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if CANARY.encode() in p.read_bytes()]
     check = json.loads((tmp_path / "mem0.json").read_text())["memloop_source"]["check"]
     assert not check["identical"]
     gap = check["gap"]
