@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         "parallel_users": 2,
     }
     (work / "evolve.yaml").write_text(yaml.safe_dump(config))
-    cache = str(work / "cache.sqlite")
+    # the run and its checks share one response cache (MEMLOOP_CACHE_DIR's): the text and DSPy
+    # checks are then served the run's answers (the run of b953d75 gave the checks a new file)
     os.environ["MEMLOOP_CACHE_DIR"] = str(work / "cache")
     print(f"[fidelity] the run: {2 + args.test_users} users on the 1.5B", file=sys.stderr)
     if memloop(["evolve", str(work / "evolve.yaml")]) != 0:
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[fidelity] export --check, format {fmt}", file=sys.stderr)
         out = work / name
         argv = ["export", str(run_dir), "--format", fmt, "--out", str(out), "--check"]
-        argv += ["--api-key-env", KEY_ENV, "--cache", cache, "--tracking-uri", uri]
+        argv += ["--api-key-env", KEY_ENV, "--tracking-uri", uri]
         t0 = time.monotonic()
         if memloop(argv) != 0:
             return 1
