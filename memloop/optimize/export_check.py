@@ -23,6 +23,7 @@ recorder; experiment `export-check`, tagged with the run and cycle it checks); i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -56,8 +57,8 @@ class ExportCheck:
     folder: Path
     run_name: str | None = None  # the check's MLflow run
 
-    @property
-    def paired(self) -> Paired:
+    @functools.cached_property
+    def paired(self) -> Paired:  # read by the summary, the record, MLflow's metrics and the CLI
         return Paired.of(self.exported, self.memloop)
 
     @property
@@ -184,7 +185,15 @@ def _mem0_deployment(path: Path, api_key_env: str | None) -> dict[str, Any]:
     return config
 
 
-def _factory(fmt: str, written: list[Path], policy: dict[str, Any], items: Any, args: Any):
+def _factory(
+    fmt: str,
+    written: list[Path],
+    policy: dict[str, Any],
+    items: list[UserItem],
+    *,
+    tracking_uri: str,
+    api_key_env: str | None,
+):
     """(policy factory, prompts it writes with, its policy config) for the artifact's runtime."""
     from memloop.policies import build_policy, parse_policy_config
     from memloop.runs.inputs import load_policy
@@ -199,7 +208,7 @@ def _factory(fmt: str, written: list[Path], policy: dict[str, Any], items: Any, 
             yaml_path = Path(scratch) / "policy.yaml"  # the file's path is absolute in it
             text = yaml.safe_dump({**base, "prompts_from": str(written[0].resolve())})
             yaml_path.write_text(text, encoding="utf-8")
-            config = load_policy(yaml_path, args["tracking_uri"], items)
+            config = load_policy(yaml_path, tracking_uri, items)
         prompts = dict(config.prompts or {})
         return (lambda uid, workdir, client: build_policy(config, client, workdir)), prompts, config
     config = parse_policy_config(base, "the run's policy (spec.json)")
@@ -224,10 +233,10 @@ def _factory(fmt: str, written: list[Path], policy: dict[str, Any], items: Any, 
 
         return make_dspy, prompts, config
     from memloop.policies.external import AWEPolicy
-    from memloop.policies.prompt_files import MEM0_KEYS
+    from memloop.policies.prompt_files import parse_mem0
 
-    deployment = _mem0_deployment(written[0], args["api_key_env"])
-    prompts = {name: deployment[key] for name, key in MEM0_KEYS.items()}
+    deployment = _mem0_deployment(written[0], api_key_env)
+    prompts = parse_mem0(deployment, str(written[0]))  # as prompts_from: reads a mem0 config
     return (
         (lambda uid, workdir, client: AWEPolicy.deployed(config, client, workdir, deployment)),
         prompts,
@@ -316,8 +325,14 @@ def check_export(
     exported, spec, objective = inputs.exported, inputs.spec, inputs.objective
     items, clients, ours = inputs.items, inputs.clients, inputs.ours
     check_dir = check_folder(written[0])
-    options = {"tracking_uri": tracking_uri, "api_key_env": inputs.api_key_env}
-    factory, prompts, config = _factory(fmt, written, spec.policy, items, options)
+    factory, prompts, config = _factory(
+        fmt,
+        written,
+        spec.policy,
+        items,
+        tracking_uri=tracking_uri,
+        api_key_env=inputs.api_key_env,
+    )
     evaluation = spec.evaluation
     probes = ProbeSettings(**(evaluation.get("probes") or {}))
     check_spec = eval_spec(

@@ -20,7 +20,7 @@ LLM client, embedder and store, nothing replaced; `memloop export --check` score
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
 import re
 import shutil
@@ -324,7 +324,7 @@ class _ExternalMemoryPolicy(BufferedMemoryPolicy):
         return cls(config, client, workdir, mem0_config=mem0_config)
 
     def _open_deployed(self, mem0_config: dict[str, Any]) -> Memory:
-        local = json.loads(json.dumps(mem0_config))  # a copy: the caller's stays as exported
+        local = copy.deepcopy(mem0_config)  # the caller's stays as exported
         local.pop("memloop_source", None)
         store = (local.get("vector_store") or {}).get("config") or {}
         if "path" in store:

@@ -116,6 +116,14 @@ def evolve_loop_reply(body: dict[str, Any]) -> str:
     return json.dumps({k: "yes" for k in props})
 
 
+_TIME_TAG = re.compile(r"\[Current Time:[^\]]*\]\s*")
+
+
+def _untagged(said: str) -> str:
+    """A user's words without the "[Current Time: ...]" stamp, whitespace collapsed."""
+    return " ".join(_TIME_TAG.sub("", said).split())
+
+
 def writing_reply(body: dict[str, Any]) -> str:
     """`evolve_loop_reply`, except that an AWI writer request stores what the user last said.
 
@@ -126,8 +134,7 @@ def writing_reply(body: dict[str, Any]) -> str:
         return evolve_loop_reply(body)
     text = str(body["messages"][-1].get("content", ""))
     users = re.findall(r"(?ms)^user: (.*?)(?=^assistant: |^\[\[ ## |\Z)", text)
-    said = re.sub(r"\[Current Time:[^\]]*\]\s*", "", users[-1] if users else "")
-    said = " ".join(said.split())
+    said = _untagged(users[-1] if users else "")
     if not said:
         return json.dumps({"edits": []})
     word = re.sub(r"[^a-z]", "", said.split()[0].lower()) or "fact"
@@ -151,7 +158,7 @@ def awe_writing_reply(body: dict[str, Any]) -> str:
     kind = request_kind(body)
     if kind == "facts":
         said = re.findall(r"(?m)^user: (.*)$", conversation_of(body))
-        facts = [" ".join(re.sub(r"\[Current Time:[^\]]*\]\s*", "", s).split()) for s in said]
+        facts = [_untagged(s) for s in said]
         return json.dumps({"facts": [f[:200] for f in dict.fromkeys(facts) if f]})
     if kind == "actions":
         listed = re.findall(r"```\s*(\[.*?\])\s*```", conversation_of(body), re.S)
