@@ -256,14 +256,10 @@ def selection_once(draws: Any, users: int, cycles: int, effect: float) -> dict[s
 
 
 def rate(hits: int, runs: int) -> dict[str, float]:
-    """A rate with its binomial 95% (Wilson) interval."""
-    from scipy import stats
+    """A rate with its binomial 95% (Wilson) interval (core/stats.rate_interval)."""
+    from memloop.core.stats import rate_interval
 
-    p = hits / runs
-    z = float(stats.norm.ppf(0.975))
-    centre = (p + z * z / (2 * runs)) / (1 + z * z / runs)
-    half = z * np.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / (1 + z * z / runs)
-    return {"rate": p, "ci95": [max(0.0, centre - half), min(1.0, centre + half)]}
+    return rate_interval(hits, runs)
 
 
 def run_stage(

@@ -225,6 +225,25 @@ def format_p(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def rate_interval(hits: int, runs: int, level: float = LEVEL) -> dict[str, Any]:
+    """A binomial rate `hits / runs` with its Wilson interval at `level` (two-sided).
+
+    The rate of a decision or an alarm measured over independent runs (users): the gate's
+    false-accept rate (benchmarks/gate_calibration.py), an alarm's false-alarm and detection
+    rates (benchmarks/health_alarms.py). Wilson's interval stays inside [0, 1] and is not empty
+    at 0 or `runs` hits.
+    """
+    from scipy import stats
+
+    if runs <= 0:
+        raise ValueError(f"a rate needs runs > 0, not {runs}")
+    p = hits / runs
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    centre = (p + z * z / (2 * runs)) / (1 + z * z / runs)
+    half = z * math.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / (1 + z * z / runs)
+    return {"rate": p, "ci95": [max(0.0, centre - half), min(1.0, centre + half)]}
+
+
 def paired_differences(condition: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:
     """Per user present in both: condition - baseline."""
     return {u: condition[u] - baseline[u] for u in sorted(set(condition) & set(baseline))}

@@ -54,7 +54,9 @@ class TurnLog:
     After every turn: how many messages the policy handed to its memory (`unwritten_messages()`
     fell by them), how many it still holds unwritten, and the lines of `memory_view()` added and
     removed. Any policy, a plug-in's
-    included, is logged the same way; the file is what a trace shows (runs/traces.py).
+    included, is logged the same way; the file is what a trace shows (runs/traces.py). A policy
+    with a `stats()` method (counters: writes, write errors) has them saved with the period
+    (feedback/health.py reads the write errors).
     """
 
     def __init__(self, policy: Policy):
@@ -86,6 +88,9 @@ class TurnLog:
 
     def dump(self, probe_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"memory_before": self.start, "sessions": self.sessions}
+        stats = getattr(self.policy, "stats", None)  # optional: the writer's counters
+        if callable(stats):
+            out["stats"] = stats()
         if probe_calls:
             out["probe_calls"] = probe_calls
         return out

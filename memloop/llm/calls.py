@@ -53,5 +53,11 @@ def note_call(
             "cached": result.cached,
             "start_ns": started_ns,
             "end_ns": ended_ns,
+            # a call cut at max_tokens (feedback/health.py counts truncated writes)
+            **(
+                {"finish_reason": "length"}
+                if getattr(result, "finish_reason", None) == "length"
+                else {}
+            ),
         }
     )
