@@ -9,6 +9,7 @@ a policy implementation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from memloop.environment.episode import (
 )
 from memloop.environment.simulator import SimulatorConfig
 from memloop.feedback.calibration import checker_calibration
+from memloop.feedback.health import Health, health_of
 from memloop.feedback.probes import Prober, ProbeSettings
 from memloop.feedback.report import write_outputs
 from memloop.llm.client import ChatClient
@@ -33,6 +35,12 @@ class EvaluationResult:
     metrics: dict[str, Any]
     episodes: list[EpisodeResult]
     calibration_requests: int = 0  # requests the checker calibration sent (counted once)
+    episodes_dir: Path | None = None  # where their period folders are (turns.json)
+
+    @cached_property
+    def health(self) -> Health:
+        """The users' memory-health series and alarms (feedback/health.py)."""
+        return health_of(self.episodes, self.episodes_dir)
 
     @property
     def new_requests(self) -> int:
@@ -95,7 +103,7 @@ def run_evaluation(
     )
     period_records = [r for e in episodes for r in e.records]
     metrics = write_outputs(out_dir, period_records, extra, calibration, plot=s.plot)
-    return EvaluationResult(metrics, episodes, sent)
+    return EvaluationResult(metrics, episodes, sent, out_dir / "episodes")
 
 
 def run_evaluation_groups(
@@ -130,7 +138,9 @@ def run_evaluation_groups(
             mine = [by_user[item.id] for item in items]
             records = [r for e in mine for r in e.records]
             metrics = write_outputs(out_dir / name, records, calibration=calibration, plot=s.plot)
-            results[name] = EvaluationResult(metrics, mine, 0 if results else sent)
+            results[name] = EvaluationResult(
+                metrics, mine, 0 if results else sent, out_dir / "episodes"
+            )
     return results
 
 

@@ -263,6 +263,18 @@ def alarms(series: list[PeriodHealth]) -> list[Alarm]:
     return [fired[name] for name in ALARMS if name in fired]
 
 
+def alarm_summary(alarms: dict[str, list[str]], users: str = "users") -> str:
+    """`memory health: ...`: per alarm tripped, on how many of the users (names, no values)."""
+    n = len(alarms)
+    names = [name for name in ALARMS if any(name in found for found in alarms.values())]
+    if not names:
+        return f"memory health: no alarm on {n} {users}"
+    parts = ", ".join(
+        f"{name} on {sum(name in found for found in alarms.values())}/{n} {users}" for name in names
+    )
+    return f"memory health: ALARM {parts}"
+
+
 def read_turns(user_dir: Path, periods: Iterable[int]) -> list[dict[str, Any] | None]:
     """Each period's turns.json under a user's folder (None where there is none)."""
     out: list[dict[str, Any] | None] = []
@@ -286,17 +298,9 @@ class Health:
     def tripped(self, name: str) -> list[str]:
         return [u for u, found in self.fired.items() if any(a.name == name for a in found)]
 
-    def line(self) -> str:
+    def line(self, users: str = "users") -> str:
         """One line for a command's output: the alarms and how many users tripped each."""
-        names = [n for n in ALARMS if self.tripped(n)]
-        if not names:
-            return f"memory health: no alarm on {self.users} users"
-        parts = ", ".join(
-            f"{n} {len(self.tripped(n))}/{self.users} users "
-            f"(from period {min(a.period for f in self.fired.values() for a in f if a.name == n)})"
-            for n in names
-        )
-        return f"memory health: ALARM {parts}"
+        return alarm_summary({u: [a.name for a in f] for u, f in self.fired.items()}, users)
 
     def metrics(self) -> dict[str, float]:
         """MLflow metrics: users tripping each alarm, and each series' mean over user periods."""

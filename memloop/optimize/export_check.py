@@ -110,8 +110,14 @@ def _run_folder(exported: Exported) -> Path:
     return Path(exported.run)
 
 
-def _test_items(spec: Any, env: str | None) -> list[UserItem]:
-    """The run's test users, from its environment (regenerated, or `env` with the same sha256)."""
+def run_test_users(
+    spec: Any, env: str | None, option: str = "--check", splits: tuple[str, ...] = ("test",)
+) -> list[UserItem]:
+    """The run's test users, from its environment (regenerated, or `env` with the same sha256).
+
+    `option`: the command's word its one-line refusals start with; `splits`: the users of the
+    first of these splits the run has (a run decided on confirmation users has no test users).
+    """
     from memloop.optimize.config import EnvSpec
     from memloop.runs.inputs import load_environment
 
@@ -122,7 +128,7 @@ def _test_items(spec: Any, env: str | None) -> list[UserItem]:
         args = {k: v for k, v in described["procedural"].items() if k != "catalogue_sha256"}
         if ProceduralSpec(**args).describe() != described["procedural"]:
             raise UserError(
-                "--check: the run's procedural environment comes out differently now (its "
+                f"{option}: the run's procedural environment comes out differently now (its "
                 "catalogue changed since the run); its users cannot be rebuilt"
             )
         items = generate_procedural(**args)
@@ -130,7 +136,7 @@ def _test_items(spec: Any, env: str | None) -> list[UserItem]:
         source = env or (described["path"] if "://" in described["path"] else None)
         if source is None:
             raise UserError(
-                f"--check: the run's users come from {described['path']} (sha256 "
+                f"{option}: the run's users come from {described['path']} (sha256 "
                 f"{described['sha256'][:12]}...); give that file: --env PATH"
             )
         items, now = load_environment(EnvSpec(path=source))
@@ -139,17 +145,19 @@ def _test_items(spec: Any, env: str | None) -> list[UserItem]:
                 f"--env {source}: not the run's environment (its sha256 differs from the "
                 f"{described['path']} the run used)"
             )
-    wanted = spec.users.get("test") or []
+    wanted: list[str] = next((spec.users[s] for s in splits if spec.users.get(s)), [])
     if not wanted:
-        raise UserError("--check: the run has no test users (test_users: 0); nothing to check on")
+        raise UserError(
+            f"{option}: the run has no {' or '.join(splits)} users; nothing to evaluate on"
+        )
     by_id = {item.id: item for item in items}
     missing = [u for u in wanted if u not in by_id]
     if missing:
-        raise UserError(f"--check: the environment lacks the run's test user {missing[0]}")
+        raise UserError(f"{option}: the environment lacks the run's test user {missing[0]}")
     return [by_id[u] for u in wanted]
 
 
-def _endpoints(spec: Any, api_key_env: str | None) -> dict[str, Any]:
+def run_endpoints(spec: Any, api_key_env: str | None) -> dict[str, Any]:
     """The run's endpoints, rebuilt from its identity (the key read from `api_key_env`)."""
     from urllib.parse import urlparse
 
@@ -284,8 +292,8 @@ def prepare_check(
         raise UserError(
             f"--check: cycle {exported.cycle} of {folder} has no test users' scores to pair with"
         )
-    items = _test_items(spec, env)
-    endpoints = _endpoints(spec, api_key_env)
+    items = run_test_users(spec, env)
+    endpoints = run_endpoints(spec, api_key_env)
     clients = roles(
         endpoints["agent"],
         endpoints.get("user_sim"),

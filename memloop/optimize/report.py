@@ -90,7 +90,20 @@ def selection_line(outcome: Any) -> str:
     null = getattr(getattr(outcome, "confirmation", None), "null", None)
     if null is not None:
         line += f"; null control ({null['what']}) - seed: {decision_text(null['gate'])}"
-    return line
+    health = health_line(getattr(outcome, "cycles", []), selection.cycle)
+    return line if health is None else f"{line}; {health}"
+
+
+def health_line(cycles: list[Any], cycle: int) -> str | None:
+    """The memory-health line of cycle `cycle`'s writer on its test users (else val, train)."""
+    from memloop.runs.cycles import alarm_line
+
+    record = next((c for c in cycles if c.cycle == cycle), None)
+    for split in ("test", "val", "train"):
+        result = None if record is None else record.splits.get(split)
+        if result is not None and result.health:
+            return alarm_line(result, f"{split} users of cycle {cycle}")
+    return None
 
 
 def step_lines(outcome: Any) -> list[str]:

@@ -653,6 +653,7 @@ class Tuner:
             for key in trial_metrics():
                 trial.set_user_attr(key, m[key])
             trial.set_user_attr("tokens_per_user", tokens)
+            trial.set_user_attr("health", result.health.line("val users"))
             trial.set_user_attr("run_id", rec.run_id)
             link_trial_to_run(trial, rec.experiment_id, rec.run_id)
             rec.metrics(
@@ -662,6 +663,7 @@ class Tuner:
                     "val/tokens_per_user": tokens,
                     **{f"tokens/{c}": float(v) for c, v in m["usage"].items()},
                     **cost_metrics(m.get("cost_usd") or {}),
+                    **{f"val/{k}": v for k, v in result.health.metrics().items()},
                     "time/seconds": time.perf_counter() - started,
                 },
                 step=0,
@@ -782,6 +784,7 @@ def summarize_study(
             "tokens_per_user": t.user_attrs.get("tokens_per_user"),
             "overall": t.user_attrs.get("overall"),
             "factual_recall": t.user_attrs.get("factual_recall"),
+            "health": t.user_attrs.get("health"),
         }
         for t in done
     ]
@@ -889,6 +892,18 @@ def study_plots(study, outcome: TuneOutcome, folder: Path) -> list[Path]:
     return written
 
 
+def trials_health(trials: list[dict[str, Any]]) -> str:
+    """One line: the trials whose writer tripped a memory-health alarm (feedback/health.py)."""
+    alarmed = [
+        f"trial {r['number']}: {r['health'].removeprefix('memory health: ALARM ')}"
+        for r in trials
+        if "ALARM" in (r.get("health") or "")
+    ]
+    if alarmed:
+        return "memory health: ALARM in " + "; ".join(alarmed)
+    return "memory health: no alarm in any trial (validation users)"
+
+
 def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
     """The study's trials on the validation users (the objective first), then its best trial.
 
@@ -937,6 +952,7 @@ def format_outcome(outcome: TuneOutcome, fmt: str = "table") -> str:
         "* best trial(s) on validation users"
         + (f" (Pareto front: {metric_column(objective)} vs tokens)" if len(best) > 1 else ""),
     ]
+    lines.append(trials_health(outcome.trials))
     if outcome.exhausted:
         lines.append("the grid is exhausted: every setting has a complete trial")
     lines.extend(outcome.notes)

@@ -87,10 +87,13 @@ class SplitResult(BaseModel):
     json_errors: int = 0
     per_user: dict[str, dict[str, Any]] = Field(default_factory=dict)
     more: dict[str, float | None] = Field(default_factory=dict)
+    # memory health (feedback/health.py): its MLflow metrics, and each user's alarms
+    health: dict[str, float] = Field(default_factory=dict)
+    alarms: dict[str, list[str]] = Field(default_factory=dict)
 
     def value(self, name: str) -> float | None:
         """The split's value of metric `name` (None: not measured here)."""
-        if name in type(self).model_fields and name not in ("per_user", "more"):
+        if name in type(self).model_fields and name not in ("per_user", "more", "health", "alarms"):
             value = getattr(self, name)
             return None if value is None else float(value)
         return self.more.get(name)
@@ -154,6 +157,7 @@ class CycleRecord(BaseModel):
         for split, result in self.splits.items():
             for name in cycle_metrics():
                 out[f"{split}/{name}"] = result.value(name)
+            out.update({f"{split}/{name}": value for name, value in result.health.items()})
         out.update({f"tokens/{c}": float(v) for c, v in self.tokens.items()})
         out.update(cost_metrics(self.cost_usd))
         out.update({f"optimizer/{k}": v for k, v in self.extra.items()})
@@ -431,7 +435,24 @@ class EvolveStep(BaseModel):
 
 
 def split_results(results: dict[str, EvaluationResult]) -> dict[str, SplitResult]:
-    return {s: SplitResult.from_metrics(r.metrics) for s, r in results.items()}
+    """Each split's numbers, with its users' memory health where their episodes are on disk."""
+    out = {}
+    for split, r in results.items():
+        result = SplitResult.from_metrics(r.metrics)
+        if r.episodes:
+            result.health = r.health.metrics()
+            result.alarms = {u: [a.name for a in found] for u, found in r.health.fired.items()}
+        out[split] = result
+    return out
+
+
+def alarm_line(result: SplitResult, users: str) -> str | None:
+    """`memory health: ...` of a split's recorded alarms (None: no health was recorded)."""
+    from memloop.feedback.health import alarm_summary
+
+    if not result.health:
+        return None
+    return alarm_summary(result.alarms, users)
 
 
 def usage_tokens(results: Iterable[EvaluationResult]) -> dict[str, int]:

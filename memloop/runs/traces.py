@@ -171,7 +171,30 @@ def user_traces(
                     assessments=assessments,
                 )
             )
+    _health_assessments(records, user_dir, out)
     return out
+
+
+def _health_assessments(records: list[Any], user_dir: Path, traces: list[SessionTrace]) -> None:
+    """Each memory-health alarm the user tripped, as a feedback on the trace where it fired.
+
+    That is the last session of the period the alarm's rule first held in (feedback/health.py).
+    """
+    from memloop.feedback.health import ALARMS, alarms, read_turns, user_health
+
+    turns = read_turns(Path(user_dir), [r.period for r in records])
+    for alarm in alarms(user_health(records, turns)):
+        last = [t for t in traces if t.root.attributes.get("period") == alarm.period][-1:]
+        meaning, threshold = ALARMS[alarm.name]
+        for trace in last:
+            trace.assessments.append(
+                Assessment(
+                    "memory_health",
+                    alarm.name,
+                    f"{meaning}: {alarm.value:g} at period {alarm.period} "
+                    f"(the alarm's threshold: {threshold:g})",
+                )
+            )
 
 
 def _stored(added: list[str], removed: list[str], probes: dict[str, int] | None) -> str:

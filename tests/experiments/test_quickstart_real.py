@@ -153,7 +153,7 @@ def test_mlflow_holds_every_mode_with_two_cycles(quickstart, first_run):
             "too few users" if chosen else ("no candidate (the seed is best on validation)")
         )
         for split in ("train", "val", "test"):
-            for key in ("state_accuracy", "overall"):
+            for key in ("state_accuracy", "overall", "health/stored_share"):
                 steps = [m.step for m in mlc.get_metric_history(rid, f"{split}/{key}")]
                 assert steps == [0, 1], (split, key)
         assert run.data.params["spec.scorer_version"] == "3"
@@ -214,6 +214,10 @@ def test_table_and_plot(quickstart, first_run):
     kept = "cycle 0: writer unchanged: " in out and re.search(r"cycle 0: writer: refused ", out)
     assert chose or kept, out
     assert re.search(r"selection: cycle \d+ stands for the run \(", out), out
+    # the selected cycle's writer's memory health, beside the verdict
+    flat = " ".join(out.split())
+    health = r"; memory health: (no alarm on 1 test users|ALARM [a-z_]+ on 1/1 test users)"
+    assert re.search(r"selection: cycle \d+ stands for the run \([^\n]*" + health, flat), out
     assert re.search(r"mean diff\s+95% CI\s+p \(sign-flip\)\s+up/tied/down", out), out
     assert "prompts of cycle 0 -> last cycle" in out  # compare's prompt diff
     plot = root / "out" / "quickstart.png"

@@ -180,8 +180,117 @@ def test_each_planted_writer_trips_its_alarm_and_the_healthy_writers_none(tmp_pa
         assert sorted(found[name].tripped(name)) == sorted(it.id for it in items), name
     assert found["writer"].line() == "memory health: no alarm on 3 users"
     silent = found["nothing_stored"]
-    assert silent.line().startswith("memory health: ALARM nothing_stored 3/3 users (from period")
+    assert silent.line("test users") == "memory health: ALARM nothing_stored on 3/3 test users"
+    errors = found["write_errors"].line()
+    assert errors == "memory health: ALARM nothing_stored on 3/3 users, write_errors on 3/3 users"
     # the healthy fake stored every revealed fact; the silent writer none
     assert found["writer"].metrics()["health/stored_share"] == 1.0
     assert silent.metrics()["health/stored_share"] == 0.0
     assert found["assistant_words"].metrics()["health/assistant_share"] == 1.0
+
+
+def test_eval_prints_the_alarm_logs_it_to_mlflow_and_marks_the_trace_where_it_fired(
+    tmp_path: Path, capsys, traces_on
+):
+    from memloop.environment.datafile import save_items
+    from memloop.environment.episode import finished_records
+    from memloop.experiments.cli import main
+    from memloop.runs import tracker
+    from memloop.testing import writing_reply
+    from memloop.testing.commands import eval_argv
+
+    env = tmp_path / "env.json"
+    save_items(generate_procedural(users=3, periods=2, questions=2, seed=3), env)
+    policy = tmp_path / "reply.yaml"  # a plug-in: AWI that stores the assistant's reply
+    policy.write_text(
+        "type: memloop.testing.broken_writers:ReplyWriter\n"
+        "update_freq: 2\nshort_term_len: 0\nreply_memory: false\n"
+    )
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    with FakeOpenAIServer(reply=writing_reply) as fake:
+        endpoint = tmp_path / "fake.yaml"
+        endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\n")
+        argv = eval_argv(env, policy, endpoint, tmp_path / "c.db", tmp_path / "out")
+        more = ["--tracking-uri", uri, "--experiment", "evals", "--no-progress"]
+        # one round per session: the fake user's follow-up would say the fake reply's words
+        assert main([*argv, *more, "--rounds-update", "1"]) == 0
+    printed = capsys.readouterr().out
+    (line,) = [x for x in printed.splitlines() if x.startswith("memory health:")]
+    assert "assistant_words on 3/3 users" in line and line.startswith("memory health: ALARM")
+    mlc = tracker.client(uri, create=False)
+    exp = mlc.get_experiment_by_name("evals").experiment_id
+    (run,) = mlc.search_runs([exp])
+    assert run.data.metrics["test/health/assistant_words_users"] == 3
+    assert run.data.metrics["test/health/assistant_share"] == 1.0
+    assert run.data.metrics["test/health/label_reuse_users"] == 0
+    # per user: the feedback `memory_health: assistant_words` on the last session of the period
+    # the alarm fired in (the first period with 2+ new entries, here period 0), and nowhere else
+    traces = mlc.search_traces(locations=[exp], run_id=run.info.run_id, max_results=500)
+    marked = {}
+    for t in traces:
+        for a in mlc.get_trace(t.info.trace_id).info.assessments:
+            if a.name == "memory_health" and a.value == "assistant_words":
+                marked.setdefault(t.info.tags["memloop.user"], []).append(
+                    (t.info.tags["memloop.period"], t.info.tags["memloop.session"])
+                )
+    episodes = tmp_path / "out" / "episodes"
+    expected = {}
+    for user_dir in episodes.iterdir():
+        first = finished_records(user_dir, 9)[0]
+        expected[first.user_id] = [("0", str(len(first.sessions) - 1))]
+        assert sum(1 for s in first.sessions if s.exposed_states) >= 2
+    assert marked == expected
+
+
+def test_evolve_says_beside_its_verdict_that_the_selected_writer_tripped_an_alarm(
+    tmp_path: Path, capsys
+):
+    from memloop.experiments.cli import main
+    from memloop.runs.cycles import CycleRecord
+    from memloop.testing import writing_reply
+    from memloop.testing.commands import write_small_evolve
+
+    policy = tmp_path / "reply.yaml"
+    policy.write_text(
+        "type: memloop.testing.broken_writers:ReplyWriter\n"
+        "update_freq: 2\nshort_term_len: 0\nreply_memory: false\n"
+    )
+    config = write_small_evolve(
+        tmp_path,
+        "health",
+        (1, 1, 2),
+        policy=str(policy),
+        evolvers=["none"],
+        feedback_modes=["none"],
+        cycles=1,
+        rounds={"init": 1, "update": 1},
+    )
+    with FakeOpenAIServer(reply=writing_reply) as fake:
+        endpoint = tmp_path / "fake.yaml"
+        endpoint.write_text(f"model: fake\nbase_url: {fake.base_url}\n")
+        assert main(["evolve", str(config), "--endpoint", str(endpoint), "--no-progress"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "none/none: cycle 0 stands for the run (" in printed
+        and "; memory health: ALARM nothing_stored on 2/2 test users of cycle 0, "
+        "assistant_words on 2/2 test users of cycle 0"
+        in printed
+    )
+    (path,) = (tmp_path / "runs").glob("*/cycle_00/cycle.json")
+    record = CycleRecord.from_json(path.read_text())
+    assert all(
+        v == ["nothing_stored", "assistant_words"] for v in record.splits["test"].alarms.values()
+    )
+    assert record.metrics()["test/health/assistant_words_users"] == 2
+
+
+def test_tune_names_the_trials_whose_writer_tripped_an_alarm():
+    from memloop.optimize.tune import trials_health
+
+    rows = [
+        {"number": 0, "health": "memory health: no alarm on 2 val users"},
+        {"number": 1, "health": "memory health: ALARM label_reuse on 1/2 val users"},
+        {"number": 2},  # a trial recorded before health was
+    ]
+    assert trials_health(rows) == "memory health: ALARM in trial 1: label_reuse on 1/2 val users"
+    assert trials_health(rows[:1]) == "memory health: no alarm in any trial (validation users)"

@@ -30,6 +30,10 @@ GEPA's stored records hold no summary text and did not move.
 A fifth (issue 58): each split of a cycle record gains `more`, the catalogue's metrics without a
 field of their own (feedback/metrics.py); it is empty in every case here, and nothing else moved
 (the five files were written again).
+
+A sixth (issue 60): each split of a cycle record gains `health` and `alarms` (the users' memory
+health, feedback/health.py), and the MLflow metrics gain `<split>/health/...`. The five files were
+written again; with those fields and metrics left out, old and new are equal.
 """
 
 from __future__ import annotations

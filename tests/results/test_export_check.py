@@ -207,7 +207,7 @@ def test_a_data_file_runs_users_come_from_env_with_the_runs_sha256(tmp_path):
     from memloop.core.errors import UserError
     from memloop.environment.datafile import save_items
     from memloop.environment.procedural import generate_procedural
-    from memloop.optimize.export_check import _test_items
+    from memloop.optimize.export_check import run_test_users
     from memloop.runs.inputs import describe_data_file
 
     items = generate_procedural(users=3, periods=1, questions=1, seed=4)
@@ -218,10 +218,10 @@ def test_a_data_file_runs_users_come_from_env_with_the_runs_sha256(tmp_path):
         environment=describe_data_file(tmp_path / "data.json"), users={"test": test}
     )
     with pytest.raises(UserError, match=r"comes? from data.json .*give that file: --env PATH"):
-        _test_items(spec, None)
+        run_test_users(spec, None)
     with pytest.raises(UserError, match="not the run's environment"):
-        _test_items(spec, str(tmp_path / "other.json"))
-    assert [i.id for i in _test_items(spec, str(tmp_path / "data.json"))] == test
+        run_test_users(spec, str(tmp_path / "other.json"))
+    assert [i.id for i in run_test_users(spec, str(tmp_path / "data.json"))] == test
     spec.users = {"test": []}
     with pytest.raises(UserError, match="no test users"):
-        _test_items(spec, str(tmp_path / "data.json"))
+        run_test_users(spec, str(tmp_path / "data.json"))

@@ -257,6 +257,7 @@ def run_eval(args: argparse.Namespace) -> int:
     info = sys.stderr if args.format == "csv" else sys.stdout  # stdout: the CSV alone
     for note in result.metrics.get("warnings", []):
         print(wrap_prose(f"warning: {note}"), file=info)
+    print(result.health.line(), file=info)
     if resumed := resumed_line(result.episodes):
         print(resumed, file=info)
     print(f"new model requests this run: {result.new_requests}", file=info)

@@ -114,6 +114,71 @@ def register_export(sub: argparse._SubParsersAction) -> None:
     ex.set_defaults(func=run_export_cmd)
 
 
+def register_transfer(sub: argparse._SubParsersAction) -> None:
+    tr = sub.add_parser(
+        "transfer",
+        help="a run's selected prompt vs its seed under other writer models (paired)",
+        description="Evaluate a run's selected prompts and its seed prompts on the run's test "
+        "users under each --writer (the agent model: it writes memory, replies and answers the "
+        "probes; the other roles stay the run's), paired user by user: per writer the "
+        "difference selected - seed, its t interval, the exact sign-flip p, users up / tied / "
+        "down and the gate's verdict. Each cell is an MLflow run (experiment transfer); the "
+        "matrix is OUT/transfer.json. A selection that is the seed prints `same prompt`.",
+        example="memloop transfer runs/quickstart/complete-edits --writer local-0.5b "
+        "--writer local-1.5b --out runs/transfer",
+    )
+    tr.add_argument("run", metavar="RUN_FOLDER", help="an evolve run's folder")
+    tr.add_argument(
+        "--writer",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="an endpoint YAML, or local-0.5b / local-1.5b (the embedded models); repeatable",
+    )
+    tr.add_argument("--out", required=True, metavar="DIR", help="the cells' folders, transfer.json")
+    tr.add_argument(
+        "--cycle", type=int, help="transfer this cycle's prompts (default: the run's selection)"
+    )
+    tr.add_argument(
+        "--env",
+        metavar="PATH",
+        help="a run on a data file: that file (its sha256 must be the run's)",
+    )
+    add_cache_option(tr)
+    add_format_option(tr)
+    add_progress_option(tr)
+    add_tracking_uri_option(tr, "where the cells are logged")
+    tr.set_defaults(func=run_transfer_cmd)
+
+
+def run_transfer_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memloop.optimize.transfer import run_transfer, transfer_table
+
+    rows = run_transfer(
+        Path(args.run),
+        args.writer,
+        Path(args.out),
+        tracking_uri=args.tracking_uri,
+        env=args.env,
+        cycle=args.cycle,
+        cache=args.cache or "default",
+        progress=not args.no_progress,
+    )
+    print(
+        f"transfer of {args.run}: the selected prompts - the seed's, per writer, on its test "
+        "(or confirmation) users"
+    )
+    print(transfer_table(rows, args.format))
+    if all(r.same_prompt for r in rows):
+        print(
+            "same prompt: the run's selection is its seed (same prompts and settings); no cell ran"
+        )
+    print(f"wrote {Path(args.out) / 'transfer.json'}")
+    return 0
+
+
 def register_ui(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser(
         "ui",
@@ -349,4 +414,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     """The commands of this module, in the order `memloop --help` lists them."""
     register_compare(sub)
     register_export(sub)
+    register_transfer(sub)
     register_ui(sub)
