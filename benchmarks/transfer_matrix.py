@@ -8,12 +8,14 @@ pairs them user by user (module docstring of memloop/optimize/transfer.py). This
 1. `memloop quickstart --out WORK/quickstart` (its complete/edits run: the loop's selection);
 2. `memloop transfer` of that run, writers local-0.5b and local-1.5b;
 3. `memloop transfer` of the evidence benchmark's evolve run (`--evidence-run`: the folder its
-   measured run wrote, runs/bench/evidence/evolve/<run> of the clone it ran in), same writers.
+   measured run wrote, runs/bench/evidence/evolve/<run> of the clone it ran in), same writers;
+4. `memloop rerun` of the quickstart run's manifest into a new folder (issue 60, point 3):
+   served from the response cache, it must report `identical`.
 
 A selection that is its seed (same prompts and settings) is reported as `same prompt`, and no
 cell is evaluated for it: there is nothing to transfer. Output:
-benchmarks/results/transfer_matrix.json (`commit`, each matrix as transfer.json holds it, the
-commands, the time).
+benchmarks/results/transfer_matrix.json (`commit`, `manifest`, each matrix as transfer.json holds
+it, the rerun's comparison, the commands, the time).
 
     .venv/bin/python benchmarks/transfer_matrix.py --work runs/bench/transfer \\
         --evidence-run runs/bench/evidence/evolve/awi-2-0-complete-edits-821b9878
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     apply_offline_defaults()
     from memloop.experiments.cli import main as memloop
+    from memloop.runs.manifest import manifest
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", required=True, help="working folder (runs, cells, stores)")
@@ -69,8 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         if memloop([*command, "--no-progress"]) != 0:
             return 1
         matrices[name] = json.loads((out / "transfer.json").read_text())
+    # 4. the quickstart again from its manifest (the response cache serves it): identical?
+    again = work / "quickstart-again"
+    commands["rerun"] = ["rerun", str(edits / "manifest.json"), "--out", str(again)]
+    if memloop(commands["rerun"]) != 0:
+        return 1
+    rerun = json.loads((again / "rerun.json").read_text())
     result = {
         "commit": commit(),
+        "manifest": manifest(),
+        "rerun_of_quickstart": {k: rerun[k] for k in ("command", "identical", "units")},
         "writers": WRITERS,
         "matrices": matrices,
         "commands": {k: "memloop " + " ".join(v) for k, v in commands.items()},

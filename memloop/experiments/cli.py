@@ -126,7 +126,13 @@ def _run(argv: list[str] | None) -> int | None:
 
     # the line saying the embedded model is starting is progress too
     embedded_server.START_NOTICE = not getattr(args, "no_progress", False)
-    return args.func(args)
+    from memloop.runs import manifest
+
+    manifest.set_command(list(sys.argv[1:] if argv is None else argv))  # each run's manifest
+    try:
+        return args.func(args)
+    finally:
+        manifest.set_command(None)
 
 
 def entry() -> NoReturn:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from memloop.core.errors import UserError
 from memloop.core.files import LOCK_FILE, atomic_write_json, run_folder_lock
+from memloop.runs.manifest import MANIFEST_FILE, write_manifest
 from memloop.runs.spec import RunSpec
 
 SPEC_FILE = "spec.json"
@@ -93,7 +94,7 @@ def open_run_folder(
 ) -> Iterator[Path]:
     """Hold `folder` for `spec`'s run (see the module doc); yields the folder."""
     folder = Path(folder)
-    run_files = (*run_files, SPEC_FILE)
+    run_files = (*run_files, SPEC_FILE, MANIFEST_FILE)
     check_run_folder(folder, spec, run_files=run_files, force=force, option=option)
     made = _first_missing(folder)  # the outermost folder the lock will make, if any
     lock = contextlib.ExitStack()
@@ -110,6 +111,7 @@ def open_run_folder(
             if SPEC_FILE not in held:
                 fresh = held
             atomic_write_json(folder / SPEC_FILE, spec.document(), indent=2)
+            write_manifest(folder, spec)  # the command line that makes the run again
             yield folder
         except BaseException:
             _leave_as_found(folder, fresh, made)
@@ -132,8 +134,13 @@ def _leave_as_found(folder: Path, fresh: set[str] | None, made: Path | None) -> 
     A resumed run, or one that wrote any file of its own, is left alone: that is work to resume.
     """
     try:
-        if fresh is not None and set(os.listdir(folder)) <= fresh | {SPEC_FILE, LOCK_FILE}:
+        if fresh is not None and set(os.listdir(folder)) <= fresh | {
+            SPEC_FILE,
+            LOCK_FILE,
+            MANIFEST_FILE,
+        }:
             (folder / SPEC_FILE).unlink(missing_ok=True)
+            (folder / MANIFEST_FILE).unlink(missing_ok=True)
         if made is None or set(os.listdir(folder)) - {LOCK_FILE}:
             return
         (folder / LOCK_FILE).unlink(missing_ok=True)

@@ -232,11 +232,25 @@ def test_table_and_plot(quickstart, first_run):
     assert pixels.std() > 0.01  # not a blank canvas
 
 
-def test_rerun_is_served_without_new_model_responses(quickstart, first_run, capsys):
-    _, _, args = quickstart
-    assert main(args) == 0
-    captured = capsys.readouterr()
+def test_a_rerun_of_its_manifest_is_served_from_the_cache_and_identical(
+    quickstart, first_run, capfd
+):
+    from memloop.llm.model_files import QWEN_0_5B
+
+    root, _, args = quickstart
+    manifests = sorted((root / "out").glob("*/manifest.json"))
+    assert len(manifests) == len(MODES)
+    manifest = json.loads(manifests[0].read_text())
+    assert manifest["command"] == ["memloop", *args]
+    assert manifest["models"]["agent"] == {"file": QWEN_0_5B.file_name, "sha256": QWEN_0_5B.sha256}
+    assert main(["rerun", str(manifests[0]), "--out", str(root / "again")]) == 0
+    captured = capfd.readouterr()  # the rerun is a process of its own
     assert re.search(r"model responses this run: 0 new", captured.out), captured.out
+    flat = " ".join(captured.out.split())
+    assert f"rerun of {root / 'out'} in {root / 'again'}: identical to the original" in flat
+    rerun = json.loads((root / "again" / "rerun.json").read_text())
+    # every mode's run, every cycle and split, compared user by user
+    assert len(rerun["units"]) == len(MODES) * 2 * 3 and rerun["identical"]
     # no library noise: MLflow's artifact bars, matplotlib's or any other warning
     assert "Downloading artifacts" not in captured.err and "Warning" not in captured.err
 

@@ -179,6 +179,34 @@ def run_transfer_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def register_rerun(sub: argparse._SubParsersAction) -> None:
+    rr = sub.add_parser(
+        "rerun",
+        help="run a run's manifest again in a new folder and compare it with the original",
+        description="Every run folder holds manifest.json (the command line, commit, spec, "
+        "models, cache policy, versions). rerun runs that eval or quickstart command again with "
+        "its output (and MLflow store) in --out, from the folder it ran in, then compares: "
+        "identical (every user's every score; served from the response cache), or per run the "
+        "rerun's mean objective within or outside the original's 95%% t interval. "
+        "OUT/rerun.json holds the comparison.",
+        example="memloop rerun runs/eval-awi/manifest.json --out runs/eval-awi-again",
+    )
+    rr.add_argument("manifest", metavar="MANIFEST", help="a manifest.json (or its folder)")
+    rr.add_argument("--out", required=True, metavar="DIR", help="the rerun's folder (new)")
+    rr.set_defaults(func=run_rerun_cmd)
+
+
+def run_rerun_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memloop.runs.manifest import rerun, rerun_lines
+
+    result = rerun(Path(args.manifest), Path(args.out))
+    print("\n".join(rerun_lines(result)))
+    print(f"wrote {Path(args.out) / 'rerun.json'}")
+    return 0
+
+
 def register_ui(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser(
         "ui",
@@ -415,4 +443,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_compare(sub)
     register_export(sub)
     register_transfer(sub)
+    register_rerun(sub)
     register_ui(sub)
