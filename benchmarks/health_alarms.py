@@ -9,7 +9,7 @@ one that misses a writer that stores nothing is no alarm.
 Design (the DESIGN dict below; fixed by a commit before the run, and the thresholds in
 feedback/health.ALARMS were set before it on other users: the evidence benchmark's recorded arms,
 26 users each, where the hand prompt tripped `nothing_stored` on 3 users at 3 sessions in a row
-and on 13 at 2):
+and on 13 at 2; 11 under the final measure, see benchmarks/README.md):
 - a procedural environment never used by a benchmark (seed 101): 24 users, 3 periods (the
   initial one and 2 changes of 1 variable), 2 questions x 2 variables, 4 values per variable;
 - one-round sessions recorded once on the 1.5B with memoryless replies (as the evidence

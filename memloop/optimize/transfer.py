@@ -108,10 +108,16 @@ def run_transfer(
     tracking_uri: str,
     env: str | None = None,
     cycle: int | None = None,
+    prompts_file: Path | None = None,
     cache: Any = "default",
     progress: bool = True,
 ) -> list[TransferRow]:
-    """The transfer matrix of the run in `folder` under `writers` (see the module docstring)."""
+    """The transfer matrix of the run in `folder` under `writers` (see the module docstring).
+
+    `cycle`: that cycle's prompts instead of the selection's; `prompts_file`: a prompt file
+    (`memloop export`'s text, a mem0 config, a DSPy program.json, as `prompts_from:` reads it)
+    against the run's seed instead.
+    """
     from memloop.environment.simulator import SimulatorConfig
     from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.feedback.objective import LEGACY_OBJECTIVE
@@ -134,7 +140,11 @@ def run_transfer(
     selected = from_folder(folder, cycle)  # the run's selection unless `cycle` names another
     seed = from_folder(folder, 0)
     arms = {"seed": seed.prompts, "selected": selected.prompts}
-    same = seed.prompts == selected.prompts
+    if prompts_file is not None:
+        from memloop.policies.prompt_files import read_prompt_file
+
+        arms["selected"] = {**seed.prompts, **read_prompt_file(Path(prompts_file))}
+    same = arms["seed"] == arms["selected"]
     objective = spec.objective or LEGACY_OBJECTIVE
     items = run_test_users(spec, env, option="transfer", splits=("test", "confirm"))
     endpoints = run_endpoints(spec, None)
@@ -215,7 +225,7 @@ def run_transfer(
         {
             "run": selected.run,
             "cycle": selected.cycle,
-            "rule": selected.rule,
+            "rule": selected.rule if prompts_file is None else f"--prompts {prompts_file}",
             "objective": objective,
             "test_users": [item.id for item in items],
             "rows": [r.to_dict() for r in rows],

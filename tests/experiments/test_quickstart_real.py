@@ -255,6 +255,41 @@ def test_a_rerun_of_its_manifest_is_served_from_the_cache_and_identical(
     assert "Downloading artifacts" not in captured.err and "Warning" not in captured.err
 
 
+def test_a_prompt_transferred_to_the_embedded_writer_is_paired_with_the_seed(
+    quickstart, first_run, capsys
+):
+    from memloop.policies.prompt_files import render_text
+    from memloop.runs import tracker
+
+    root, uri, _ = quickstart
+    (run,) = [p for p in (root / "out").iterdir() if p.is_dir() and "complete" in p.name]
+    hand = root / "hand.txt"  # another writer prompt than the run's seed
+    hand.write_text(
+        render_text(
+            {
+                "writer": "Store each fact the user states about themselves, in the user's "
+                "own words, under its own short label."
+            }
+        )
+    )
+    out = root / "transfer"
+    argv = ["transfer", str(run), "--writer", str(root / "endpoint.yaml"), "--prompts", str(hand)]
+    assert main([*argv, "--out", str(out), "--tracking-uri", uri, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    matrix = json.loads((out / "transfer.json").read_text())
+    (row,) = matrix["rows"]
+    assert row["writer"] == "local-0.5b" and not row["same_prompt"]
+    # each arm evaluated on the run's one test user; the pair is their difference
+    (user,) = matrix["test_users"]
+    diff = row["scores"]["selected"][user] - row["scores"]["seed"][user]
+    assert row["paired"]["n"] == 1 and row["paired"]["mean"] == pytest.approx(diff)
+    assert row["gate"]["verdict"] == "too few users" and "local-0.5b" in printed
+    mlc = tracker.client(uri)
+    exp = mlc.get_experiment_by_name("transfer").experiment_id
+    arms = {r.data.tags["memloop.transfer.arm"] for r in mlc.search_runs([exp])}
+    assert arms == {"seed", "selected"}
+
+
 def test_eval_cli_on_the_quickstart_users(quickstart, first_run, capsys):
     """`memloop eval` with the quickstart's policy on its users: the episodes equal the
     quickstart's cycle-0 episodes, so the model work is the quickstart's (served from the cache)."""

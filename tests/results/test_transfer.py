@@ -113,3 +113,14 @@ def test_a_selection_that_is_the_seed_is_same_prompt_and_runs_nothing(run, tmp_p
     assert row["same_prompt"] and row["scores"] == {} and row["paired"] is None
     assert sorted(p.name for p in out.iterdir()) == ["transfer.json"]
     assert main(["transfer", str(run), "--out", str(out)]) == 2  # no --writer: one line
+    # a prompt file holding the seed's own prompts is the seed too
+    from memloop.policies.prompt_files import render_text
+    from memloop.results.export import from_folder
+
+    seed = tmp_path / "seed.txt"
+    seed.write_text(render_text(from_folder(run, 0).prompts))
+    argv = ["transfer", str(run), "--writer", "local-1.5b", "--prompts", str(seed)]
+    argv += ["--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "file")]) == 0
+    matrix = json.loads((tmp_path / "file" / "transfer.json").read_text())
+    assert matrix["rule"] == f"--prompts {seed}" and matrix["rows"][0]["same_prompt"]

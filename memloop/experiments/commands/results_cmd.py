@@ -136,8 +136,15 @@ def register_transfer(sub: argparse._SubParsersAction) -> None:
         help="an endpoint YAML, or local-0.5b / local-1.5b (the embedded models); repeatable",
     )
     tr.add_argument("--out", required=True, metavar="DIR", help="the cells' folders, transfer.json")
-    tr.add_argument(
+    selected = tr.add_mutually_exclusive_group()
+    selected.add_argument(
         "--cycle", type=int, help="transfer this cycle's prompts (default: the run's selection)"
+    )
+    selected.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="transfer these prompts instead (a file `memloop export` wrote, or any file "
+        "prompts_from: reads), against the run's seed",
     )
     tr.add_argument(
         "--env",
@@ -163,6 +170,7 @@ def run_transfer_cmd(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri,
         env=args.env,
         cycle=args.cycle,
+        prompts_file=None if args.prompts is None else Path(args.prompts),
         cache=args.cache or "default",
         progress=not args.no_progress,
     )
