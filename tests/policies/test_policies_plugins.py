@@ -154,7 +154,7 @@ def test_the_example_passes_policy_check_and_runs_through_eval(tmp_path, endpoin
     assert metrics["users"] == 2 and metrics["questions"] > 0
     spec = json.loads((tmp_path / "run" / "spec.json").read_text())["spec"]
     # the plug-in's file hash and options are part of what the run records
-    assert spec["policy"]["options"] == {"top_k": 3, "max_tokens": 128}
+    assert spec["policy"]["options"] == {"top_k": 3, "max_tokens": 48}
     assert spec["policy"]["source_sha256"] == _sha256(EXAMPLE / "keyword_memory.py")
 
 
