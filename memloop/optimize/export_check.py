@@ -313,6 +313,71 @@ def prepare_check(
     )
 
 
+def evaluate_as_run(
+    spec: Any,
+    items: list[UserItem],
+    clients: Any,
+    config: Any,
+    prompts: dict[str, str],
+    factory: Any,
+    folder: Path,
+    *,
+    source: str,
+    command: str,
+    label: str,
+    progress: bool,
+    run_files: tuple[str, ...] = (),
+    force: bool = False,
+) -> tuple[Any, Any]:
+    """(the evaluation, its eval spec) of `factory`'s policy on `items`, as the run evaluated.
+
+    The run `spec`'s environment, periods, rounds and probes, at `clients`; in the eval run
+    folder `folder` (a killed one resumes); `source` names where `prompts` came from. The one
+    way the export check and `memloop transfer` re-score a run's users.
+    """
+    from memloop.environment.simulator import SimulatorConfig
+    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
+    from memloop.feedback.probes import ProbeSettings
+    from memloop.runs.folder import open_run_folder
+    from memloop.runs.spec import eval_spec
+
+    evaluation = spec.evaluation
+    probes = ProbeSettings(**(evaluation.get("probes") or {}))
+    run_spec = eval_spec(
+        environment=spec.environment,
+        user_ids=[item.id for item in items],
+        policy=config.model_dump(mode="json"),
+        prompts_sha256=json_sha256(prompts),
+        prompts_source=source,
+        endpoints=clients.identity(),
+        periods=evaluation.get("periods"),
+        rounds=evaluation["rounds"],
+        replay=None,
+        record_only=False,
+        probes=probes.spec(),
+    )
+    rounds = evaluation["rounds"]
+    with open_run_folder(folder, run_spec, command, run_files=run_files, force=force):
+        result = run_evaluation(
+            items,
+            factory,
+            folder,
+            clients=clients,
+            label=label,
+            group="test",
+            settings=EvaluationSettings(
+                sim_config=SimulatorConfig(
+                    rounds_init=rounds["init"], rounds_update=rounds["update"]
+                ),
+                periods=evaluation.get("periods"),
+                progress=progress,
+                plot=False,
+                probes=probes,
+            ),
+        )
+    return result, run_spec
+
+
 def check_export(
     inputs: CheckInputs,
     fmt: str,
@@ -322,13 +387,8 @@ def check_export(
     progress: bool = True,
 ) -> ExportCheck:
     """Score the export `written` in its runtime on the run's test users, paired with the run."""
-    from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
-    from memloop.feedback.probes import ProbeSettings
     from memloop.runs.cycles import per_user_values
     from memloop.runs.eval_log import log_eval
-    from memloop.runs.folder import open_run_folder
-    from memloop.runs.spec import eval_spec
 
     exported, spec, objective = inputs.exported, inputs.spec, inputs.objective
     items, clients, ours = inputs.items, inputs.clients, inputs.ours
@@ -341,43 +401,22 @@ def check_export(
         tracking_uri=tracking_uri,
         api_key_env=inputs.api_key_env,
     )
-    evaluation = spec.evaluation
-    probes = ProbeSettings(**(evaluation.get("probes") or {}))
-    check_spec = eval_spec(
-        environment=spec.environment,
-        user_ids=[item.id for item in items],
-        policy=config.model_dump(mode="json"),
-        prompts_sha256=json_sha256(prompts),
-        prompts_source=f"export-{fmt}:{written[0].name}",
-        endpoints=clients.identity(),
-        periods=evaluation.get("periods"),
-        rounds=evaluation["rounds"],
-        replay=None,
-        record_only=False,
-        probes=probes.spec(),
-    )
     # a check of another artifact starts over in the folder; a killed one resumes
-    with open_run_folder(
-        check_dir, check_spec, "memloop export --check", run_files=CHECK_FILES, force=True
-    ):
-        result = run_evaluation(
-            items,
-            factory,
-            check_dir,
-            clients=clients,
-            label=f"export check ({fmt})",
-            group="test",
-            settings=EvaluationSettings(
-                sim_config=SimulatorConfig(
-                    rounds_init=evaluation["rounds"]["init"],
-                    rounds_update=evaluation["rounds"]["update"],
-                ),
-                periods=evaluation.get("periods"),
-                progress=progress,
-                plot=False,
-                probes=probes,
-            ),
-        )
+    result, check_spec = evaluate_as_run(
+        spec,
+        items,
+        clients,
+        config,
+        prompts,
+        factory,
+        check_dir,
+        source=f"export-{fmt}:{written[0].name}",
+        command="memloop export --check",
+        label=f"export check ({fmt})",
+        progress=progress,
+        run_files=CHECK_FILES,
+        force=True,
+    )
     check = ExportCheck(
         fmt=fmt,
         objective=objective,

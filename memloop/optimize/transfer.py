@@ -19,11 +19,12 @@ each cell's folder under it resumes when interrupted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from memloop.core.errors import UserError
-from memloop.core.files import atomic_write_json, json_sha256, safe_name
+from memloop.core.files import atomic_write_json, safe_name
 from memloop.core.stats import Paired, decision_text, gate_of
 
 TRANSFER_EXPERIMENT = "transfer"
@@ -38,13 +39,13 @@ class TransferRow:
     runs: dict[str, str] = field(default_factory=dict)  # arm -> MLflow run name
     folders: dict[str, str] = field(default_factory=dict)  # arm -> its cell's eval folder
 
-    @property
+    @cached_property  # read once the scores are in (cells, to_dict): the exact test runs once
     def paired(self) -> Paired | None:
         if self.same_prompt:
             return None
         return Paired.of(self.scores["selected"], self.scores["seed"])
 
-    @property
+    @cached_property
     def gate(self) -> dict[str, Any] | None:
         if self.same_prompt:
             return None
@@ -59,14 +60,14 @@ class TransferRow:
         return [self.writer, *means, *paired.cells(), gate["verdict"]]
 
     def to_dict(self) -> dict[str, Any]:
-        paired = self.paired
+        paired, gate = self.paired, self.gate
         return {
             "writer": self.writer,
             "same_prompt": self.same_prompt,
             "scores": self.scores,
             "paired": None if paired is None else paired.to_dict(),
-            "gate": self.gate,
-            "gate_text": None if self.gate is None else decision_text(self.gate),
+            "gate": gate,
+            "gate_text": None if gate is None else decision_text(gate),
             "runs": self.runs,
             "folders": self.folders,
         }
@@ -118,18 +119,14 @@ def run_transfer(
     (`memloop export`'s text, a mem0 config, a DSPy program.json, as `prompts_from:` reads it)
     against the run's seed instead.
     """
-    from memloop.environment.simulator import SimulatorConfig
-    from memloop.feedback.evaluate import EvaluationSettings, run_evaluation
     from memloop.feedback.objective import LEGACY_OBJECTIVE
-    from memloop.feedback.probes import ProbeSettings
-    from memloop.optimize.export_check import run_endpoints, run_test_users
+    from memloop.optimize.export_check import evaluate_as_run, run_endpoints, run_test_users
     from memloop.policies import parse_policy_config
     from memloop.results.export import from_folder
     from memloop.runs.cycles import per_user_values
     from memloop.runs.eval_log import log_eval
-    from memloop.runs.folder import open_run_folder, read_spec
+    from memloop.runs.folder import read_spec
     from memloop.runs.inputs import roles
-    from memloop.runs.spec import eval_spec
 
     if not writers:
         raise UserError("give at least one --writer (an endpoint file, local-0.5b or local-1.5b)")
@@ -148,8 +145,6 @@ def run_transfer(
     objective = spec.objective or LEGACY_OBJECTIVE
     items = run_test_users(spec, env, option="transfer", splits=("test", "confirm"))
     endpoints = run_endpoints(spec, None)
-    evaluation = spec.evaluation
-    probes = ProbeSettings(**(evaluation.get("probes") or {}))
     base = {k: v for k, v in spec.policy.items() if v is not None and k != "prompts"}
     config = parse_policy_config(base, "the run's policy (spec.json)")
     out.mkdir(parents=True, exist_ok=True)
@@ -170,38 +165,19 @@ def run_transfer(
         clients.preflight()
         for arm, prompts in arms.items():
             cell = out / safe_name(f"{row.writer}-{arm}")
-            cell_spec = eval_spec(
-                environment=spec.environment,
-                user_ids=[item.id for item in items],
-                policy=config.model_dump(mode="json"),
-                prompts_sha256=json_sha256(prompts),
-                prompts_source=f"transfer-{arm}:{selected.run}",
-                endpoints=clients.identity(),
-                periods=evaluation.get("periods"),
-                rounds=evaluation["rounds"],
-                replay=None,
-                record_only=False,
-                probes=probes.spec(),
+            result, cell_spec = evaluate_as_run(
+                spec,
+                items,
+                clients,
+                config,
+                prompts,
+                _factory(config, prompts),
+                cell,
+                source=f"transfer-{arm}:{selected.run}",
+                command="memloop transfer",
+                label=f"transfer {row.writer} ({arm})",
+                progress=progress,
             )
-            with open_run_folder(cell, cell_spec, "memloop transfer", force=False):
-                result = run_evaluation(
-                    items,
-                    _factory(config, prompts),
-                    cell,
-                    clients=clients,
-                    label=f"transfer {row.writer} ({arm})",
-                    group="test",
-                    settings=EvaluationSettings(
-                        sim_config=SimulatorConfig(
-                            rounds_init=evaluation["rounds"]["init"],
-                            rounds_update=evaluation["rounds"]["update"],
-                        ),
-                        periods=evaluation.get("periods"),
-                        progress=progress,
-                        plot=False,
-                        probes=probes,
-                    ),
-                )
             row.folders[arm] = str(cell)
             row.scores[arm] = per_user_values(result.metrics.get("per_user", {}), objective)
             _, row.runs[arm] = log_eval(

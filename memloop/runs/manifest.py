@@ -40,22 +40,6 @@ def set_command(argv: list[str] | None) -> None:
     _COMMAND = None if argv is None else ["memloop", *argv]
 
 
-def _dirty() -> bool | None:
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).resolve().parent.parent,
-            timeout=5,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return bool(done.stdout.strip()) if done.returncode == 0 else None
-
-
 def _model_files(endpoints: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
     """Per role with an embedded model: its file name and sha256 (verified before each load)."""
     from memloop.llm.model_files import MODEL_ALIASES
@@ -85,7 +69,7 @@ def _cache_policy(command: list[str] | None) -> dict[str, Any]:
 
 def manifest(spec: Any = None, command: list[str] | None = None) -> dict[str, Any]:
     """The manifest of this process's run of `spec` (None: a benchmark's result, no spec)."""
-    from memloop.runs.spec import git_revision, versions
+    from memloop.runs.spec import git_dirty, git_revision, versions
 
     command = command if command is not None else _COMMAND or ["python", *sys.argv]
     document = None if spec is None else spec.document()
@@ -94,7 +78,7 @@ def manifest(spec: Any = None, command: list[str] | None = None) -> dict[str, An
         "command": command,
         "cwd": os.getcwd(),
         "commit": git_revision(),
-        "dirty": _dirty(),
+        "dirty": git_dirty(),
         "python": sys.version.split()[0],
         "packages": versions(),
         "spec": document,

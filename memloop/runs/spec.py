@@ -38,12 +38,11 @@ CHOSEN = ("mode", "objective", "optimizer", "seed", "repeat")
 EVAL_COMPARED = ("policy", "prompts_sha256", "prompts_source")
 
 
-@functools.cache
-def git_revision() -> str | None:
-    """The commit of the memloop checkout this runs from (None when it is no checkout)."""
+def _git(*argv: str) -> str | None:
+    """`git argv` in the memloop checkout this runs from: its output, None when it fails."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+            ["git", *argv],
             capture_output=True,
             text=True,
             cwd=Path(__file__).resolve().parent.parent,
@@ -51,7 +50,21 @@ def git_revision() -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
+
+
+@functools.cache
+def git_revision() -> str | None:
+    """The commit of the memloop checkout this runs from (None when it is no checkout)."""
+    out = _git("rev-parse", "HEAD")
+    return (out or "").strip() or None
+
+
+@functools.cache
+def git_dirty() -> bool | None:
+    """Whether that checkout has uncommitted changes to tracked files (None: no checkout)."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return None if out is None else bool(out.strip())
 
 
 def versions() -> dict[str, str]:

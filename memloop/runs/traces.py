@@ -115,8 +115,10 @@ def user_traces(
         for r in records
     }
     lookup = index_records(q for qs in questions.values() for q in qs)
+    logs: list[dict[str, Any]] = []  # each period's turns.json (memory health reads them too)
     for record in records:
         logged_turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
+        logs.append(logged_turns)
         turns = list(logged_turns.get("sessions", []))
         for s, session in enumerate(record.sessions):
             logged = turns[s] if s < len(turns) else []
@@ -171,19 +173,21 @@ def user_traces(
                     assessments=assessments,
                 )
             )
-    _health_assessments(records, user_dir, out)
+    _health_assessments(records, logs, out)
     return out
 
 
-def _health_assessments(records: list[Any], user_dir: Path, traces: list[SessionTrace]) -> None:
+def _health_assessments(
+    records: list[Any], logs: list[dict[str, Any]], traces: list[SessionTrace]
+) -> None:
     """Each memory-health alarm the user tripped, as a feedback on the trace where it fired.
 
-    That is the last session of the period the alarm's rule first held in (feedback/health.py).
+    That is the last session of the period the alarm's rule first held in (feedback/health.py);
+    `logs`: each period's turns.json, as the traces read them.
     """
-    from memloop.feedback.health import ALARMS, alarms, read_turns, user_health
+    from memloop.feedback.health import ALARMS, alarms, user_health
 
-    turns = read_turns(Path(user_dir), [r.period for r in records])
-    for alarm in alarms(user_health(records, turns)):
+    for alarm in alarms(user_health(records, list(logs))):
         last = [t for t in traces if t.root.attributes.get("period") == alarm.period][-1:]
         meaning, threshold = ALARMS[alarm.name]
         for trace in last:
