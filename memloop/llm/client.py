@@ -530,11 +530,14 @@ class ChatClient:
                     self.requests_sent += 1
                 started = time.perf_counter()
                 conn = plain.connection() if plain is not None else None  # this thread's
-                watchdog = None if server is None else _Watchdog(server, self.endpoint, conn)
+                watchdog = None
                 try:
                     with contextlib.ExitStack() as turn:
                         if server is not None:  # one embedded server computes at a time
                             turn.enter_context(ComputeTurn(server.ident))
+                            # its clock starts once the turn is ours: waiting for another
+                            # server's requests to end is not this server stalling
+                            watchdog = _Watchdog(server, self.endpoint, conn)
                         if plain is not None and conn is not None:
                             resp = _interruptible(
                                 functools.partial(plain.post, conn, body), watchdog
@@ -713,9 +716,10 @@ class _Watchdog:
     """Whether a request to the embedded server still progresses.
 
     A request is not given a deadline (on a busy machine it may wait minutes behind other
-    requests and still be answered): it is given up only when the server's decode-step count
-    (`DecodeProgress`) has not moved for the endpoint's timeout_s, i.e. the server is stuck or
-    gone. A retry then goes to the same server, whose slots keep the prompt prefix it had.
+    requests and still be answered): it is given up only when neither the server's decode-step
+    count nor its CPU time (`DecodeProgress.marks`) has moved for the endpoint's timeout_s since
+    the request got its compute turn, i.e. the server is stuck or gone. A retry then goes to the
+    same server, whose slots keep the prompt prefix it had.
     """
 
     def __init__(
@@ -726,14 +730,18 @@ class _Watchdog:
         # at least a few looks at the count (it is read at most once a second)
         self.stall_s = max(endpoint.timeout_s, MIN_STALL_S)
         self.conn = conn
-        self.seen = self.progress.value()
+        self.seen = self.progress.marks()
         self.moved_at = time.monotonic()
 
     def stalled(self) -> bool:
-        value = self.progress.value()
+        marks = self.progress.marks()
         now = time.monotonic()
-        if value is not None and value != self.seen:
-            self.seen, self.moved_at = value, now
+        # either mark moving is progress: the decode count between steps, the server's CPU time
+        # during one long step (a long prompt batch, when /metrics waits for the step to end)
+        pairs = list(zip(marks, self.seen, strict=True))
+        if any(new is not None and new != old for new, old in pairs):
+            count, ticks = (old if new is None else new for new, old in pairs)
+            self.seen, self.moved_at = (count, ticks), now
             return False
         return now - self.moved_at > self.stall_s
 

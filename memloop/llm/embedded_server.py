@@ -205,7 +205,7 @@ class EmbeddedServer:
         """The server's decode-step count (the client's measure of a request's progress)."""
         if self._progress is None:
             assert self.base_url is not None, "start() the server first"
-            self._progress = DecodeProgress(self.base_url, self.key)
+            self._progress = DecodeProgress(self.base_url, self.key, self.pid)
         return self._progress
 
     @property
@@ -261,28 +261,37 @@ class EmbeddedServer:
 
 
 class DecodeProgress:
-    """A server's count of decode steps (llama.cpp's /metrics `n_decode_total`).
+    """A server's count of decode steps (llama.cpp's /metrics `n_decode_total`) and CPU time.
 
     Every prompt batch and every generated token of any slot is a step, so the count moves as
-    long as the server works through its queue. Read at most once a second, shared by every
-    request waiting on the server; None when it cannot be read.
+    long as the server works through its queue. /metrics answers only between steps, so during
+    one long step (a prompt batch of thousands of tokens on a busy machine) the count stands
+    still: the server process's CPU time (`pid`, from /proc) moves then. Read at most once a
+    second, shared by every request waiting on the server; None where it cannot be read.
     """
 
     EVERY_S = 1.0
 
-    def __init__(self, base_url: str, key: str = ""):
+    def __init__(self, base_url: str, key: str = "", pid: int | None = None):
         self.url = base_url.removesuffix("/v1") + "/metrics"
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.pid = pid
         self._lock = threading.Lock()
-        self._value: int | None = None
+        self._marks: tuple[int | None, int | None] = (None, None)
         self._read_at = float("-inf")
 
-    def value(self) -> int | None:
+    def marks(self) -> tuple[int | None, int | None]:
+        """(decode-step count, CPU clock ticks of the server process); None where unreadable."""
         with self._lock:
             if time.monotonic() - self._read_at >= self.EVERY_S:
-                self._value = _decode_count(self.url, self.headers)
+                count = _decode_count(self.url, self.headers)  # waits while a step runs
+                self._marks = (count, runtime.cpu_ticks(self.pid))
                 self._read_at = time.monotonic()
-            return self._value
+            return self._marks
+
+    def value(self) -> int | None:
+        """The decode-step count."""
+        return self.marks()[0]
 
 
 def _decode_count(url: str, headers: dict[str, str]) -> int | None:

@@ -132,16 +132,32 @@ def write_address(path: Path, address: dict) -> None:
         fh.write(json.dumps(address))
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/`pid`/stat after "pid (comm)": state first (OSError if gone)."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().decode("utf-8", "replace").rsplit(")", 1)[-1].split()
+
+
 def is_server_process(pid: int) -> bool:
     """Whether `pid` is a live memloop embedded server (not a reused pid, not a zombie)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             cmdline = fh.read()
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[-1].split()[0]
-    except OSError:
+        state = _stat(pid)[0]
+    except (OSError, IndexError):
         return False
     return b"memloop.llm.embedded_server" in cmdline and state not in ("Z", "X")
+
+
+def cpu_ticks(pid: int | None) -> int | None:
+    """User + system CPU clock ticks of process `pid` so far; None if unreadable."""
+    if pid is None:
+        return None
+    try:
+        fields = _stat(pid)
+        return int(fields[11]) + int(fields[12])  # utime, stime: stat's 14th and 15th fields
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class ComputeTurn:

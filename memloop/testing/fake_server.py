@@ -299,20 +299,23 @@ class FakeEmbedded:
 
     ident: str  # its compute turn's name (memloop.llm.runtime.ComputeTurn)
     base_url: str
-    progress: DecodeProgress  # read from the fake's /metrics
+    progress: DecodeProgress  # read from the fake's /metrics (and /proc of `pid`, if given)
     key: str = "fake-embedded-key"  # the secret its requests carry (FakeOpenAIServer.auth_headers)
 
 
-def as_embedded(client: ChatClient, fake: FakeOpenAIServer) -> ChatClient:
+def as_embedded(client: ChatClient, fake: FakeOpenAIServer, pid: int | None = None) -> ChatClient:
     """Point a `base_url: local` client at `fake` as if the fake were the embedded server.
 
     The client then waits for answers as it does for the embedded model (compute turns, no
-    deadline while the decode count moves).
+    deadline while the decode count moves). `pid`: a process whose CPU time stands for the
+    server's (None: the decode count alone).
     """
     from memloop.llm.embedded_server import DecodeProgress
 
     assert client.endpoint.is_local, "as_embedded is for a base_url: local endpoint"
     client._resolved_base_url = fake.base_url
     port = fake.base_url.split(":")[-1].split("/")[0]
-    client._server = FakeEmbedded(f"fake-{port}", fake.base_url, DecodeProgress(fake.base_url))
+    client._server = FakeEmbedded(
+        f"fake-{port}", fake.base_url, DecodeProgress(fake.base_url, pid=pid)
+    )
     return client

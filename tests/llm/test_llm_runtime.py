@@ -4,6 +4,8 @@ a slow embedded server finish instead of cancelling and re-asking (issue 46)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -61,6 +63,57 @@ def test_a_stuck_embedded_server_is_given_up_on_and_asked_again(request_log):
     assert 3.0 <= took < 10.0
     outcomes = [(x["outcome"], x["attempt"]) for x in _lines(request_log)]
     assert outcomes == [("cancelled", 0), ("ok", 1)]
+
+
+def test_the_wait_for_the_compute_turn_is_not_counted_as_a_stall(request_log):
+    # another server's request holds the machine for 5 s; then this server's count stands still
+    # for 2 s before it answers. Before, the watchdog's clock ran from before the turn: at its
+    # first look, 5 s of "no progress" > 3 s, and the request was cancelled (with no retry, an
+    # error); now 2 s < 3 s since the turn was taken
+    with FakeOpenAIServer(failures=["stall"], hang_s=2.0) as fake:
+        client = as_embedded(
+            ChatClient(Endpoint(model="local-0.5b", timeout_s=1.0, max_retries=0), cache=None),
+            fake,
+        )
+        held = threading.Event()
+
+        def hold_the_machine() -> None:
+            with runtime.ComputeTurn("another-server"):
+                held.set()
+                time.sleep(5.0)
+
+        threading.Thread(target=hold_the_machine, daemon=True).start()
+        assert held.wait(5.0)
+        started = time.monotonic()
+        assert client.chat(MESSAGES, component="agent").text == '{"ok": true}'
+        assert time.monotonic() - started >= 7.0  # the 5 s turn, then the 2 s answer
+        assert fake.served == ["stall"]
+    assert [(x["outcome"], x["attempt"]) for x in _lines(request_log)] == [("ok", 0)]
+
+
+@pytest.mark.parametrize("server_works", [True, False])
+def test_a_long_step_is_told_from_a_stuck_server_by_the_servers_cpu_time(request_log, server_works):
+    # the decode count stands still for 6 s (one long prompt batch, during which llama.cpp's
+    # /metrics cannot answer) against a 3 s stall limit: a server process spending CPU is waited
+    # for; one that spends none (stuck) is given up on at 3 s and asked again
+    work = "while True: pass" if server_works else "import time; time.sleep(60)"
+    server = subprocess.Popen([sys.executable, "-c", work])
+    try:
+        with FakeOpenAIServer(failures=["stall"], hang_s=6.0) as fake:
+            client = as_embedded(_local(timeout_s=1.0), fake, pid=server.pid)
+            started = time.monotonic()
+            assert client.chat(MESSAGES, component="agent").text == '{"ok": true}'
+            took = time.monotonic() - started
+    finally:
+        server.kill()
+        server.wait()
+    outcomes = [(x["outcome"], x["attempt"]) for x in _lines(request_log)]
+    if server_works:
+        assert outcomes == [("ok", 0)] and took >= 6.0
+        assert fake.served == ["stall"]
+    else:
+        assert outcomes == [("cancelled", 0), ("ok", 1)] and 3.0 <= took < 6.0
+        assert fake.served == ["stall", 200]
 
 
 def test_an_endpoint_elsewhere_keeps_its_timeout(request_log):
