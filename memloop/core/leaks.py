@@ -300,7 +300,29 @@ def _located_tokens(text: str) -> list[_Token]:
 
 @lru_cache(maxsize=1)
 def _inflect() -> Any:
-    import inflect  # imported when first needed: about a second
+    """The engine of `inflect`, its module imported without typeguard's instrumentation.
+
+    inflect 7 wraps its functions in typeguard's `@typechecked`, which parses and rewrites their
+    source at import: about 3 s per process here (jaraco/inflect#212, open), paid again by every
+    CLI subprocess, and a type check on every call. memloop passes it words of 4+ letters only,
+    so while inflect is imported `typeguard.typechecked` is the identity (the same stems: tested).
+    """
+    import sys
+    import types
+
+    if "inflect" not in sys.modules:
+        real = sys.modules.get("typeguard")
+        stub = types.ModuleType("typeguard")
+        stub.typechecked = lambda target=None, **_: (lambda f: f) if target is None else target  # type: ignore[attr-defined]
+        sys.modules["typeguard"] = stub
+        try:
+            import inflect  # the module, into sys.modules
+        finally:
+            if real is None:
+                del sys.modules["typeguard"]
+            else:
+                sys.modules["typeguard"] = real
+    import inflect
 
     return inflect.engine()
 

@@ -211,6 +211,39 @@ def test_every_re_spelling_of_every_catalogue_and_published_value_is_matched():
     assert len(values) > 150
 
 
+def test_inflect_imported_without_typeguard_singularizes_as_the_instrumented_one():
+    """memloop imports inflect with typeguard's decorator as the identity (its import cost ~3 s
+    per process); every word of the catalogue and published values, and its plural, gets the
+    singular the instrumented inflect gives, read in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    from memloop.core.leaks import _inflect, tokens
+    from memloop.environment.catalogue import VARIABLES
+    from memloop.environment.datafile import load_items
+
+    published = load_items(DATA / "published_sample.json")
+    values = {v.name for var in VARIABLES.values() for v in var.values}
+    values |= {v for item in published for v in item.private_values()}
+    words = sorted({t for v in values for t in tokens(v) if len(t) > 3 and not t.isdigit()})
+    words += "children lives centres boxes parties geese mice analyses".split()
+    engine = _inflect()
+    assert "typeguard" not in type(engine).singular_noun.__code__.co_names  # not instrumented
+    script = (
+        "import inflect, json, sys; e = inflect.engine(); ws = json.load(sys.stdin); "
+        "assert 'typeguard' in type(e).singular_noun.__code__.co_names; "
+        "print(json.dumps([[e.singular_noun(w), e.singular_noun(e.plural(w))] for w in ws]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=json.dumps(words), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    instrumented = json.loads(done.stdout)
+    ours = [[engine.singular_noun(w), engine.singular_noun(engine.plural(w))] for w in words]
+    assert len(words) > 200
+    assert ours == instrumented
+
+
 def test_the_issues_re_spellings_are_matched():
     private = {"shared_house", "online_course", "nurse", "2_children", "Bergen"}
     cases = {
