@@ -1,9 +1,10 @@
 """Run an evaluation: on-policy episodes with the probes after every period, then scores.
 
-After the episodes come the checker's calibration (feedback.calibration: once per evaluation, on
-known-truth claims; a checker failing it nulls factual recall), the scores, diagnosis, factual
-recall and the output files. The policy is passed in as a factory, so this module never depends on
-a policy implementation.
+After the episodes come the checker's calibration (feedback.calibration: on known-truth claims
+built from the evaluated users, or from the run's users when the settings name them, so every
+evaluation of a run asks the same requests; a checker failing it nulls factual recall), the
+scores, diagnosis, factual recall and the output files. The policy is passed in as a factory, so
+this module never depends on a policy implementation.
 """
 
 from __future__ import annotations
@@ -66,7 +67,12 @@ class EvaluationSettings:
     - `max_users_in_parallel`: users whose episodes run at the same time;
     - `progress`: progress bars on the terminal;
     - `plot`: per_period.png beside metrics.json (report.write_outputs);
-    - `probes`: how the probes read the answers (None: the default JSON read).
+    - `probes`: how the probes read the answers (None: the default JSON read);
+    - `calibration_users`: the users whose state schemas the checker's calibration documents are
+      built from (None: the evaluated users). An evolve or tune run names all its users: every
+      evaluation of the run (each split, cycle, screen and trial) then asks the checker the same
+      four requests, answered by the response cache after the first, and its factual recall is
+      gated by one calibration.
     """
 
     sim_config: SimulatorConfig | None = None
@@ -75,6 +81,7 @@ class EvaluationSettings:
     progress: bool = True
     plot: bool = True
     probes: ProbeSettings | None = None
+    calibration_users: tuple[UserItem, ...] | None = None
 
 
 def run_evaluation(
@@ -154,9 +161,10 @@ def _run(
     groups: dict[str, str] | None,
     replay_from: Path | None = None,
 ) -> tuple[list[EpisodeResult], dict[str, Any] | None, int]:
-    """Run `items`' episodes under out_dir/episodes and calibrate the checker on all of them.
+    """Run `items`' episodes under out_dir/episodes and calibrate the checker.
 
-    Returns (episodes, the calibration, the requests the calibration sent).
+    The calibration is built from all of `items` (from the settings' `calibration_users` when it
+    names them). Returns (episodes, the calibration, the requests the calibration sent).
     """
     prober = Prober(clients.agent, clients.checker, s.probes or ProbeSettings())
     episodes = run_episodes(
@@ -174,5 +182,5 @@ def _run(
         label=label,
         groups=groups,
     )
-    calibration, sent = calibrate(items, prober.checker_client)
+    calibration, sent = calibrate(list(s.calibration_users or items), prober.checker_client)
     return episodes, calibration, sent

@@ -127,8 +127,14 @@ def resolve_reads(config: Any, clients: RoleClients) -> tuple[Any, Objective, st
     return config, objective, note
 
 
-def evaluation_settings(config: Any, progress: bool) -> EvaluationSettings:
-    """How an evolve or tune config's evaluations run."""
+def evaluation_settings(
+    config: Any, progress: bool, users: dict[str, list[UserItem]]
+) -> EvaluationSettings:
+    """How an evolve or tune config's evaluations run.
+
+    `users`: the run's users by split; the checker is calibrated on all of them, the same for
+    every evaluation of the run.
+    """
     return EvaluationSettings(
         sim_config=sim_config(config),
         periods=config.environment.periods,
@@ -136,6 +142,7 @@ def evaluation_settings(config: Any, progress: bool) -> EvaluationSettings:
         progress=progress,
         plot=False,  # inner evaluations: their numbers go to MLflow and compare's figures
         probes=config.probes,
+        calibration_users=tuple(item for split in users.values() for item in split),
     )
 
 
@@ -329,7 +336,7 @@ class RunContext:
         """run_evaluation's keywords for this run: its clients and evaluation settings."""
         return {
             "clients": self.clients,
-            "settings": evaluation_settings(self.config, self.progress),
+            "settings": evaluation_settings(self.config, self.progress, self.users),
         }
 
     def evaluate(

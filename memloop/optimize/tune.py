@@ -482,7 +482,7 @@ class Tuner:
             lambda uid, wd, c: build(policy_config, c, wd),
             out or self.config.output_root / split / _folder(self.kind, params),
             clients=self.clients,
-            settings=evaluation_settings(self.config, self.progress),
+            settings=evaluation_settings(self.config, self.progress, self.users),
             label=f"trial {_folder(self.kind, params)}",
             group=split,
         )

@@ -347,6 +347,37 @@ def test_groups_share_one_calibration(tmp_path):
     assert results["test"].calibration_requests == 0
 
 
+def test_evaluations_naming_the_runs_users_ask_one_calibration(tmp_path):
+    """Evolve and tune name all their users (`calibration_users`): evaluations of different
+    users (a split, a screen, a trial) send the same calibration requests, answered by the
+    response cache after the first, and are gated by the same calibration."""
+    items = generate_procedural(users=4, periods=1, questions=2, seed=4)
+    own = [{d.text for d in calibration_documents(part)} for part in (items[:2], items[2:])]
+    assert own[0] != own[1]  # calibrated on their own users, they would ask different requests
+    docs = {d.text for d in calibration_documents(items)}
+    settings = EvaluationSettings(progress=False, calibration_users=tuple(items))
+    with FakeOpenAIServer(reply=yes_to_everything) as fake:
+        c = client(fake, tmp_path)
+        first, second = (
+            run_evaluation(
+                part,
+                lambda uid, wd, c: ScriptedPolicy(),
+                tmp_path / name,
+                clients=RoleClients.single(c),
+                settings=settings,
+            )
+            for name, part in (("a", items[:2]), ("b", items[2:]))
+        )
+        asked = [
+            b["messages"][-1]["content"].split("<notes>\n")[1].split("\n</notes>")[0]
+            for b in fake.requests
+            if is_recall_request(b) and "<notes>\n" in b["messages"][-1]["content"]
+        ]
+    assert sorted(d for d in asked if d in docs) == sorted(docs)  # each document asked once
+    assert (first.calibration_requests, second.calibration_requests) == (CALIBRATION_DOCUMENTS, 0)
+    assert first.metrics["checker_calibration"] == second.metrics["checker_calibration"]
+
+
 def test_period_metrics_follow_the_calibration(tmp_path):
     items = generate_procedural(users=1, periods=1, questions=2, seed=2)
     with FakeOpenAIServer(reply=yes_to_everything) as fake:

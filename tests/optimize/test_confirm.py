@@ -210,7 +210,24 @@ def test_the_null_control_scores_the_reworded_seed_by_the_same_rule(tmp_path, mo
         return real(self, prompts)
 
     monkeypatch.setattr(RunContext, "factory", factory)
-    _, (outcome,) = run(tmp_path, fake, evolvers=["reflective"], null_control=True)
+    from memloop.feedback import evaluate
+
+    calibrated: list[list[str]] = []
+    real_calibrate = evaluate.calibrate
+
+    def calibrate(items, checker):
+        calibrated.append(sorted(item.id for item in items))
+        return real_calibrate(items, checker)
+
+    monkeypatch.setattr(evaluate, "calibrate", calibrate)
+    config, (outcome,) = run(tmp_path, fake, evolvers=["reflective"], null_control=True)
+    from memloop.optimize.context import load_environment, split_users
+
+    items, _ = load_environment(config.environment)
+    outcome_users = {
+        s: [i.id for i in split]
+        for s, split in split_users(items, config.environment, config.source).items()
+    }
     null = outcome.confirmation.null
     seed = _prompts(outcome, 0)
     assert null["what"] == "the seed reworded ('Task:' before each text)"
@@ -222,6 +239,10 @@ def test_the_null_control_scores_the_reworded_seed_by_the_same_rule(tmp_path, mo
     assert null["gate"] == expected.to_dict() and null["verdict"] == expected.verdict.value
     assert null["seed"] == outcome.confirmation.seed  # the seed's one evaluation, shared
     assert "; null control (the seed reworded" in selection_line(outcome)
+    # one checker calibration, on all the run's users, in every evaluation of it: the cycles'
+    # splits, the confirmation's candidate, seed and null control
+    everyone = sorted(u for split in outcome_users.values() for u in split)
+    assert len(calibrated) >= 3 and all(ids == everyone for ids in calibrated)
 
 
 def test_the_null_control_runs_and_prints_when_the_candidate_is_the_seed(tmp_path, fake):
