@@ -289,10 +289,6 @@ class DecodeProgress:
                 self._read_at = time.monotonic()
             return self._marks
 
-    def value(self) -> int | None:
-        """The decode-step count."""
-        return self.marks()[0]
-
 
 def _decode_count(url: str, headers: dict[str, str]) -> int | None:
     try:

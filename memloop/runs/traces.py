@@ -115,7 +115,7 @@ def user_traces(
         for r in records
     }
     lookup = index_records(q for qs in questions.values() for q in qs)
-    logs: list[dict[str, Any]] = []  # each period's turns.json (memory health reads them too)
+    logs: list[dict[str, Any] | None] = []  # each period's turns.json (health reads them too)
     for record in records:
         logged_turns = _turns(period_dir(Path(user_dir), record.period) / TURNS_FILE)
         logs.append(logged_turns)
@@ -178,7 +178,7 @@ def user_traces(
 
 
 def _health_assessments(
-    records: list[Any], logs: list[dict[str, Any]], traces: list[SessionTrace]
+    records: list[Any], logs: list[dict[str, Any] | None], traces: list[SessionTrace]
 ) -> None:
     """Each memory-health alarm the user tripped, as a feedback on the trace where it fired.
 
@@ -187,7 +187,7 @@ def _health_assessments(
     """
     from memloop.feedback.health import ALARMS, alarms, user_health
 
-    for alarm in alarms(user_health(records, list(logs))):
+    for alarm in alarms(user_health(records, logs)):
         last = [t for t in traces if t.root.attributes.get("period") == alarm.period][-1:]
         meaning, threshold = ALARMS[alarm.name]
         for trace in last:
