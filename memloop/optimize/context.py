@@ -128,11 +128,11 @@ def resolve_reads(config: Any, clients: RoleClients) -> tuple[Any, Objective, st
 
 
 def evaluation_settings(
-    config: Any, progress: bool, users: dict[str, list[UserItem]]
+    config: Any, progress: bool, run_users: list[UserItem]
 ) -> EvaluationSettings:
     """How an evolve or tune config's evaluations run.
 
-    `users`: the run's users by split; the checker is calibrated on all of them, the same for
+    `run_users`: every user of the run; the checker is calibrated on all of them, the same for
     every evaluation of the run.
     """
     return EvaluationSettings(
@@ -142,7 +142,7 @@ def evaluation_settings(
         progress=progress,
         plot=False,  # inner evaluations: their numbers go to MLflow and compare's figures
         probes=config.probes,
-        calibration_users=tuple(item for split in users.values() for item in split),
+        calibration_users=tuple(run_users),
     )
 
 
@@ -201,8 +201,8 @@ class RunContext:
         # (items, description) as load_environment gives them, when the caller has them already
         items, self.env_desc = environment or load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
-        run_users = [i for split in self.users.values() for i in split]
-        self.policy_config = load_policy(config.policy, config.tracking_uri, run_users)
+        self.run_users = [i for split in self.users.values() for i in split]
+        self.policy_config = load_policy(config.policy, config.tracking_uri, self.run_users)
         self._build_policy = builder or build_policy
         self.clients = clients or role_clients(config.endpoints)
         self.initial_prompts = policy_prompts(
@@ -336,7 +336,7 @@ class RunContext:
         """run_evaluation's keywords for this run: its clients and evaluation settings."""
         return {
             "clients": self.clients,
-            "settings": evaluation_settings(self.config, self.progress, self.users),
+            "settings": evaluation_settings(self.config, self.progress, self.run_users),
         }
 
     def evaluate(

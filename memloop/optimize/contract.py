@@ -97,18 +97,19 @@ class SearchContext(Protocol):
     """What a search may read and call of its run; optimize/context.py's RunContext meets it.
 
     Reading: the experiment's `config`, the role `clients`, the run's `store` (its folder is
-    `store.run_dir`), the `users` of each split, the `initial_prompts`, the feedback `mode`, the
-    selection `objective`, the users' `private` values (and the `redactor` that shows them to an
-    optimizer as typed placeholders) and the `policy_name`. Calling: a policy
-    `factory` for prompts, the simulator's `sim_config`, whole-episode evaluations (`evaluate`,
-    `evaluate_splits`), a replay of recorded conversations (`replay_screen`), the feedback
-    `summary` and the condition's evolver (`make_evolver`).
+    `store.run_dir`), the `users` of each split (`run_users`: all of them, in split order), the
+    `initial_prompts`, the feedback `mode`, the selection `objective`, the users' `private`
+    values (and the `redactor` that shows them to an optimizer as typed placeholders) and the
+    `policy_name`. Calling: a policy `factory` for prompts, the simulator's `sim_config`,
+    whole-episode evaluations (`evaluate`, `evaluate_splits`), a replay of recorded conversations
+    (`replay_screen`), the feedback `summary` and the condition's evolver (`make_evolver`).
     """
 
     config: EvolveConfig
     clients: RoleClients
     store: CycleStore
     users: dict[str, list[UserItem]]
+    run_users: list[UserItem]
     initial_prompts: dict[str, str]
     mode: Mode
     objective: Objective

@@ -363,8 +363,8 @@ class Tuner:
         self.progress = progress
         items, self.env_desc = load_environment(config.environment)
         self.users = split_users(items, config.environment, config.source)
-        run_users = [i for split in self.users.values() for i in split]
-        self.base = load_policy(config.policy, config.tracking_uri, run_users)
+        self.run_users = [i for split in self.users.values() for i in split]
+        self.base = load_policy(config.policy, config.tracking_uri, self.run_users)
         self.kind = (
             safe_name(self.base.default_name)
             if isinstance(self.base, PluginConfig)
@@ -482,7 +482,7 @@ class Tuner:
             lambda uid, wd, c: build(policy_config, c, wd),
             out or self.config.output_root / split / _folder(self.kind, params),
             clients=self.clients,
-            settings=evaluation_settings(self.config, self.progress, self.users),
+            settings=evaluation_settings(self.config, self.progress, self.run_users),
             label=f"trial {_folder(self.kind, params)}",
             group=split,
         )

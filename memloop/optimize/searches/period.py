@@ -63,8 +63,9 @@ class PeriodSearch:
                     periods=n_periods,
                 )
             )
-        # the training users' recall is gated like every evaluation's (val/test run through it)
-        self._calibration = checker_calibration(items, ctx.clients.checker)
+        # the training users' recall is gated like every evaluation's (val/test run through it):
+        # one calibration, on all the run's users
+        self._calibration = checker_calibration(ctx.run_users, ctx.clients.checker)
         history: list[PeriodRecord] = []
         prompts = ctx.initial_prompts
         try:
